@@ -1,0 +1,47 @@
+"""The engine: grammars compiled by xgrammar, a real model stepped under the mask, all recorded.
+
+Nothing here knows HTTP; the web layer and the CLI call :class:`Engine` and render its records.
+"""
+
+from app.engine.compiler import GrammarCompiler
+from app.engine.engine import Engine
+from app.engine.grammar import CompileOptions, CompileResult, GrammarKind, GrammarSpec
+from app.engine.model import LoadedModel, ModelIdentity, load_model
+from app.engine.prompt import ChatMessage, Prompt, render_prompt, with_schema
+from app.engine.records import (
+    Rejection,
+    ReplayResult,
+    ReplayToken,
+    StepRecord,
+    TopToken,
+    Validation,
+    ValidationError,
+)
+from app.engine.sampling import SamplingParams
+from app.engine.session import Session, StopReason
+
+__all__ = [
+    "ChatMessage",
+    "CompileOptions",
+    "CompileResult",
+    "Engine",
+    "GrammarCompiler",
+    "GrammarKind",
+    "GrammarSpec",
+    "LoadedModel",
+    "ModelIdentity",
+    "Prompt",
+    "Rejection",
+    "ReplayResult",
+    "ReplayToken",
+    "SamplingParams",
+    "Session",
+    "StepRecord",
+    "StopReason",
+    "TopToken",
+    "Validation",
+    "ValidationError",
+    "load_model",
+    "render_prompt",
+    "with_schema",
+]

@@ -1,0 +1,197 @@
+"""The code that runs inside a compile worker process.
+
+xgrammar prints warnings ("multipleOf is not supported for type:number; ignoring multipleOf") to
+the C-level stderr, not as Python warnings. A worker serves one compile at a time and redirects
+its own file descriptor 2 around it, so each compile gets exactly its own lines; a worker can also
+be killed when a compile runs past its time limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from typing import Any
+
+from app.engine.jsonpointer import line_column, locate, pointer_from_parts
+from app.exceptions import GrammarError
+
+__all__ = ["clean_message", "compile_request", "serve"]
+
+# "[17:22:28] /project/cpp/json_schema_converter.cc:1094: Warning: multipleOf is not ..."
+_LOG_PREFIX = re.compile(r"^\[\d{2}:\d{2}:\d{2}\] \S+?:\d+: (?:Warning: )?", re.MULTILINE)
+_EBNF_POSITION = re.compile(r"EBNF (?:lexer|parser) error at line (\d+), column (\d+)")
+_REGEX_POSITION = re.compile(r"Regex parsing error at position (\d+)")
+_MAX_LOCATE_TRIES = 400
+
+
+def clean_message(text: str) -> str:
+    """Strip xgrammar's log prefix (time, C++ file and line) from each line of ``text``."""
+    return _LOG_PREFIX.sub("", text).strip()
+
+
+@contextlib.contextmanager
+def _captured_stderr() -> Iterator[list[str]]:
+    """Collect what is written to file descriptor 2 (C++ included) into the yielded list."""
+    lines: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode("utf-8", errors="replace")
+            lines.extend(clean_message(line) for line in text.splitlines() if line.strip())
+
+
+def _parse_schema(source: str) -> Any:
+    import jsonschema
+
+    try:
+        schema = json.loads(source)
+    except json.JSONDecodeError as exc:
+        raise GrammarError(f"invalid JSON: {exc.msg}", line=exc.lineno, column=exc.colno) from None
+    if not isinstance(schema, dict | bool):
+        raise GrammarError(
+            f"a JSON Schema is an object or a boolean, got {type(schema).__name__}",
+            line=1,
+            column=1,
+        )
+    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    error = jsonschema.exceptions.best_match(validator(validator.META_SCHEMA).iter_errors(schema))
+    if error is not None:
+        raise _located_error(
+            source, list(error.absolute_path), f"not a valid JSON Schema: {error.message}"
+        )
+    return schema
+
+
+def _located_error(source: str, parts: list[str | int], message: str) -> GrammarError:
+    pointer = pointer_from_parts(parts)
+    line, column = locate(source, pointer) or (None, None)
+    return GrammarError(message, pointer=pointer, line=line, column=column)
+
+
+def _subschemas(node: Any, parts: list[str | int]) -> Iterator[tuple[list[str | int], Any]]:
+    if isinstance(node, dict):
+        yield parts, node
+        for key, value in node.items():
+            yield from _subschemas(value, [*parts, key])
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _subschemas(value, [*parts, index])
+
+
+def _locate_schema_error(schema: Any, message: str, options: dict[str, Any]) -> list[str | int]:
+    """The deepest subschema that fails alone with the same message: where the error is.
+
+    xgrammar's schema errors name no location. A subschema converted on its own (no token masks
+    are built, so this is cheap) that fails with the very same message holds the culprit.
+    """
+    import xgrammar as xgr
+
+    candidates = sorted(_subschemas(schema, []), key=lambda item: -len(item[0]))
+    for parts, node in candidates[:_MAX_LOCATE_TRIES]:
+        if not parts:
+            continue
+        try:
+            with _captured_stderr():
+                xgr.Grammar.from_json_schema(json.dumps(node), **_schema_kwargs(options))
+        except RuntimeError as exc:
+            if clean_message(str(exc)) == message:
+                return parts
+    return []
+
+
+def _schema_kwargs(options: dict[str, Any]) -> dict[str, Any]:
+    separators = options.get("separators")
+    return {
+        "any_whitespace": options["any_whitespace"],
+        "strict_mode": options["strict_mode"],
+        "indent": options.get("indent"),
+        "separators": tuple(separators) if separators else None,
+        "max_whitespace_cnt": options.get("max_whitespace_cnt"),
+    }
+
+
+def _compile(compiler: Any, kind: str, source: str, options: dict[str, Any]) -> Any:
+    try:
+        if kind == "json_schema":
+            return compiler.compile_json_schema(source, **_schema_kwargs(options))
+        if kind == "ebnf":
+            return compiler.compile_grammar(source)
+        if kind == "regex":
+            return compiler.compile_regex(source)
+    except RuntimeError as exc:
+        raise _grammar_error(kind, source, options, clean_message(str(exc))) from None
+    raise GrammarError(f"unknown grammar kind {kind!r}")
+
+
+def _grammar_error(kind: str, source: str, options: dict[str, Any], message: str) -> GrammarError:
+    if kind == "ebnf" and (match := _EBNF_POSITION.search(message)):
+        return GrammarError(message, line=int(match[1]), column=int(match[2]))
+    if kind == "regex" and (match := _REGEX_POSITION.search(message)):
+        line, column = line_column(source, max(0, min(len(source), int(match[1]) - 1)))
+        return GrammarError(message, line=line, column=column)
+    if kind == "json_schema":
+        parts = _locate_schema_error(json.loads(source), message, options)
+        if parts:
+            return _located_error(source, parts, message)
+    return GrammarError(message)
+
+
+def compile_request(compiler: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """Compile one grammar request; never raises, the answer says ``ok`` or carries the error.
+
+    Args:
+        compiler: an ``xgrammar.GrammarCompiler`` with its cache disabled (the parent caches).
+        request: ``{"kind", "source", "options"}`` as in :class:`app.engine.grammar.GrammarSpec`.
+    """
+    kind, source, options = request["kind"], request["source"], request["options"]
+    try:
+        if kind == "json_schema":
+            _parse_schema(source)
+        with _captured_stderr() as printed:
+            start = time.perf_counter()
+            compiled = _compile(compiler, kind, source, options)
+            compile_ms = (time.perf_counter() - start) * 1000
+        rules = json.loads(compiled.grammar.serialize_json())["rules"]
+        return {
+            "ok": True,
+            "serialized": compiled.serialize_json(),
+            "grammar_text": str(compiled.grammar),
+            "rule_names": [rule[0] for rule in rules],
+            "warnings": printed,
+            "compile_ms": compile_ms,
+            "size_bytes": int(compiled.memory_size_bytes),
+        }
+    except GrammarError as exc:
+        return {"ok": False, "error": exc.to_dict()}
+
+
+def serve(conn: Connection, tokenizer_info_json: str) -> None:
+    """Worker process entry point: answer compile requests until the pipe closes."""
+    import xgrammar as xgr
+
+    tokenizer_info = xgr.TokenizerInfo.deserialize_json(tokenizer_info_json)
+    compiler = xgr.GrammarCompiler(tokenizer_info, cache_enabled=False)
+    conn.send({"ready": True})
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if request is None:
+            return
+        conn.send(compile_request(compiler, request))

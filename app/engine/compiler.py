@@ -1,0 +1,188 @@
+"""Compile grammars in killable worker processes, with a cache that keeps their warnings."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import multiprocessing
+import queue
+import threading
+import time
+from collections import OrderedDict
+from multiprocessing.connection import Connection
+from typing import Any
+
+import xgrammar as xgr
+
+from app.engine import compile_worker
+from app.engine.grammar import CompileResult, GrammarSpec
+from app.exceptions import GrammarError, GrammarTooComplex, MaskscopeError
+
+__all__ = ["GrammarCompiler"]
+
+_STARTUP_TIMEOUT_S = 300.0
+_POLL_S = 0.05
+
+
+class _Worker:
+    """One compile process (spawned: it must not inherit torch's threads) and its pipe."""
+
+    def __init__(self, tokenizer_info_json: str) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(
+            target=compile_worker.serve,
+            args=(child, tokenizer_info_json),
+            name="maskscope-compile",
+            daemon=True,
+        )
+        self._process.start()
+        child.close()
+        self._ready = False
+
+    def _receive(self, timeout: float) -> dict[str, Any] | None:
+        """The next answer, or None after ``timeout``; EOFError as soon as the process dies."""
+        conn: Connection = self._conn
+        deadline = time.monotonic() + timeout
+        while not conn.poll(min(_POLL_S, max(0.0, deadline - time.monotonic()))):
+            if not self._process.is_alive() and not conn.poll():
+                raise EOFError
+            if time.monotonic() >= deadline:
+                return None
+        answer: dict[str, Any] = conn.recv()
+        return answer
+
+    def request(self, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Send one compile request; raise GrammarTooComplex on timeout or a crash."""
+        try:
+            if not self._ready:
+                if self._receive(_STARTUP_TIMEOUT_S) is None:
+                    raise GrammarError("the grammar compiler process did not start")
+                self._ready = True
+            self._conn.send(payload)
+            answer = self._receive(timeout)
+        except (EOFError, OSError):
+            code = self._process.exitcode
+            raise GrammarTooComplex(
+                f"too complex: the compiler process died while compiling (exit code {code})"
+            ) from None
+        if answer is None:
+            raise GrammarTooComplex(
+                f"too complex: compiling took longer than the {timeout:g} s limit"
+            )
+        return answer
+
+    @property
+    def alive(self) -> bool:
+        return self._process.is_alive()
+
+    def close(self) -> None:
+        if self._process.is_alive():
+            self._process.kill()
+        self._process.join(timeout=5)
+        self._conn.close()
+
+
+class GrammarCompiler:
+    """Compiles grammar requests for one tokenizer, caching results by (request, tokenizer).
+
+    Each compile runs in a worker process that serves one compile at a time, so the warnings
+    xgrammar prints are captured per compile and never mixed, and a compile past its time limit is
+    ended by killing its worker. A cache hit returns the original warnings and figures.
+
+    Args:
+        tokenizer_info: the ``xgrammar.TokenizerInfo`` masks are built for.
+        workers: number of worker processes (concurrent compiles).
+        timeout_s: wall-clock limit of one compile.
+        cache_bytes: budget of the cache, counted in xgrammar's compiled-grammar sizes.
+    """
+
+    def __init__(
+        self,
+        tokenizer_info: Any,
+        *,
+        workers: int = 2,
+        timeout_s: float = 30.0,
+        cache_bytes: int = 512 * 1024 * 1024,
+    ) -> None:
+        self._tokenizer_info = tokenizer_info
+        self._tokenizer_json: str = tokenizer_info.serialize_json()
+        self.tokenizer_key = hashlib.sha256(self._tokenizer_json.encode()).hexdigest()[:16]
+        self._timeout_s = timeout_s
+        self._cache_bytes = cache_bytes
+        self._cache: OrderedDict[str, CompileResult] = OrderedDict()
+        self._cache_size = 0
+        self._lock = threading.Lock()
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._workers = workers
+        for _ in range(workers):
+            self._idle.put(_Worker(self._tokenizer_json))
+
+    def compile(self, spec: GrammarSpec) -> CompileResult:
+        """Compile ``spec``, or return the cached result (with ``cached=True``).
+
+        Raises:
+            GrammarError: the source does not parse or xgrammar refuses it; carries the line and
+                column or the JSON pointer where known.
+            GrammarTooComplex: the compile ran past the time limit or crashed its worker.
+        """
+        key = f"{self.tokenizer_key}:{spec.cache_key()}"
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                return hit
+        answer = self._run(spec)
+        if not answer["ok"]:
+            raise MaskscopeError.from_dict(answer["error"])
+        result = CompileResult(
+            spec=spec,
+            compiled=xgr.CompiledGrammar.deserialize_json(
+                answer["serialized"], self._tokenizer_info
+            ),
+            grammar_text=answer["grammar_text"],
+            rule_names=tuple(answer["rule_names"]),
+            warnings=tuple(answer["warnings"]),
+            compile_ms=float(answer["compile_ms"]),
+            size_bytes=int(answer["size_bytes"]),
+        )
+        self._remember(key, result)
+        return result
+
+    def _run(self, spec: GrammarSpec) -> dict[str, Any]:
+        payload = {
+            "kind": spec.kind.value,
+            "source": spec.source,
+            "options": spec.options.to_dict(),
+        }
+        worker = self._idle.get()
+        try:
+            return worker.request(payload, self._timeout_s)
+        except GrammarTooComplex:
+            worker.close()
+            worker = _Worker(self._tokenizer_json)
+            raise
+        finally:
+            self._idle.put(worker)
+
+    def _remember(self, key: str, result: CompileResult) -> None:
+        cached = dataclasses.replace(result, cached=True)
+        with self._lock:
+            if key in self._cache or result.size_bytes > self._cache_bytes:
+                return
+            self._cache[key] = cached
+            self._cache_size += result.size_bytes
+            while self._cache_size > self._cache_bytes:
+                _, evicted = self._cache.popitem(last=False)
+                self._cache_size -= evicted.size_bytes
+
+    def close(self) -> None:
+        """Stop the worker processes."""
+        for _ in range(self._workers):
+            self._idle.get().close()
+
+    def __enter__(self) -> GrammarCompiler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,33 @@
+"""Reading the packed token bitmask xgrammar fills: one bit per token, 32 tokens per int32 word."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["allowed_vector", "bitmask_bytes", "is_allowed", "words_from_bytes"]
+
+_SHIFTS: dict[torch.device, torch.Tensor] = {}
+
+
+def allowed_vector(words: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Unpack one row of bitmask words into a bool vector of length ``vocab_size``."""
+    shifts = _SHIFTS.get(words.device)
+    if shifts is None:
+        shifts = _SHIFTS[words.device] = torch.arange(32, dtype=torch.int32, device=words.device)
+    return ((words.unsqueeze(-1) >> shifts) & 1).reshape(-1)[:vocab_size].bool()
+
+
+def is_allowed(words: torch.Tensor, token_id: int) -> bool:
+    """Whether bit ``token_id`` is set in one row of bitmask words (on the CPU)."""
+    return bool((int(words[token_id >> 5]) >> (token_id & 31)) & 1)
+
+
+def bitmask_bytes(words: torch.Tensor) -> bytes:
+    """The words as little-endian int32 bytes, exactly as xgrammar filled them."""
+    return words.numpy().astype("<i4", copy=False).tobytes()
+
+
+def words_from_bytes(data: bytes) -> np.ndarray:
+    """Inverse of :func:`bitmask_bytes`."""
+    return np.frombuffer(data, dtype="<i4")

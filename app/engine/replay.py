@@ -1,0 +1,107 @@
+"""Walk a string or token ids through the grammar without a model: where does it leave it?"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import xgrammar as xgr
+
+from app.engine.grammar import CompileResult
+from app.engine.jsonpath import JsonPosition, advance
+from app.engine.mask import allowed_vector, bitmask_bytes
+from app.engine.parser_state import active_rules
+from app.engine.records import Rejection, ReplayResult, ReplayToken
+from app.engine.tokens import Tokens
+from app.exceptions import InvalidInput
+
+__all__ = ["replay"]
+
+_EXPECTED_SAMPLE = 20
+
+
+def _token_ids(tokens: Tokens, text: str | None, token_ids: Sequence[int] | None) -> list[int]:
+    if (text is None) == (token_ids is None):
+        raise InvalidInput("give either text or token_ids")
+    if text is not None:
+        return tokens.encode(text)
+    assert token_ids is not None
+    for position, token_id in enumerate(token_ids):
+        if not 0 <= token_id < tokens.vocab_size:
+            raise InvalidInput(
+                f"token_ids[{position}] = {token_id} is outside the vocabulary "
+                f"(0..{tokens.vocab_size - 1})"
+            )
+    return list(token_ids)
+
+
+def _accepted_prefix(matcher: xgr.GrammarMatcher, tokens: Tokens, token_id: int) -> int:
+    """How many leading bytes of a refused token the grammar would still take."""
+    if token_id in tokens.special_ids:
+        return 0
+    data = tokens.token_bytes[token_id]
+    for size in range(len(data) - 1, 0, -1):
+        if matcher.fork().accept_string(data[:size]):
+            return size
+    return 0
+
+
+def replay(
+    grammar: CompileResult,
+    tokens: Tokens,
+    *,
+    text: str | None = None,
+    token_ids: Sequence[int] | None = None,
+) -> ReplayResult:
+    """Feed ``text`` (tokenized as the model would) or ``token_ids`` to a fresh matcher.
+
+    Each token reports the mask it was checked against, and the depth, JSON path and active
+    rules after it. At the first refused token the walk stops; the rejection gives the offset
+    (in code points) of the first refused character and a sample of what the grammar accepts.
+
+    Raises:
+        InvalidInput: neither or both of text and token_ids, or an id outside the vocabulary.
+    """
+    ids = _token_ids(tokens, text, token_ids)
+    matcher = xgr.GrammarMatcher(grammar.compiled)
+    bitmask = xgr.allocate_token_bitmask(1, tokens.vocab_size)
+    position = JsonPosition()
+    consumed = b""
+    walked: list[ReplayToken] = []
+    for index, token_id in enumerate(ids):
+        if matcher.is_terminated():
+            bitmask.zero_()
+        else:
+            matcher.fill_next_token_bitmask(bitmask)
+        words = bitmask[0]
+        allowed = allowed_vector(words, tokens.vocab_size)
+        accepted = bool(matcher.accept_token(token_id))
+        if accepted and grammar.spec.is_json:
+            position = advance(position, tokens.output_bytes(token_id))
+        walked.append(
+            ReplayToken(
+                token_id=token_id,
+                text=tokens.text(token_id),
+                accepted=accepted,
+                allowed_count=int(allowed.sum()),
+                depth=position.depth,
+                path=position.path if grammar.spec.is_json else "",
+                rules=tuple(active_rules(matcher, grammar.rule_names)),
+                bitmask=bitmask_bytes(words),
+            )
+        )
+        if not accepted:
+            refused_at = (
+                consumed
+                + tokens.token_bytes[token_id][: _accepted_prefix(matcher, tokens, token_id)]
+            )
+            expected = tokens.shortest_texts(allowed.nonzero().flatten().tolist(), _EXPECTED_SAMPLE)
+            rejection = Rejection(
+                offset=len(refused_at.decode("utf-8", errors="ignore")),
+                token_index=index,
+                token_text=tokens.text(token_id),
+                expected=tuple(expected),
+            )
+            return ReplayResult(False, False, tuple(walked), rejection)
+        consumed += tokens.output_bytes(token_id)
+    complete = bool(matcher.is_terminated() or matcher.is_completed())
+    return ReplayResult(True, complete, tuple(walked), None)

@@ -1,0 +1,97 @@
+"""Every error Maskscope reports to a user, each carrying what is needed to fix the input.
+
+The web layer maps these classes to HTTP status codes in one place; nothing else here knows HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MaskscopeError(Exception):
+    """Base class: a message for a person, a stable code for a program, and where it happened.
+
+    Args:
+        message: what is wrong, in words that name the offending value.
+        line: 1-based line in the user's source, when known.
+        column: 1-based column in the user's source, when known.
+        pointer: JSON pointer (RFC 6901) into the user's JSON document, when known.
+    """
+
+    code = "error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        line: int | None = None,
+        column: int | None = None,
+        pointer: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.column = column
+        self.pointer = pointer
+
+    def to_dict(self) -> dict[str, Any]:
+        """The error as the API's ``error`` object, without the fields that are unknown."""
+        out: dict[str, Any] = {"message": self.message, "code": self.code}
+        for key in ("line", "column", "pointer"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MaskscopeError:
+        """Rebuild an error sent across a process boundary by :meth:`to_dict`."""
+        subclass = _BY_CODE.get(str(data.get("code")), cls)
+        return subclass(
+            str(data["message"]),
+            line=data.get("line"),
+            column=data.get("column"),
+            pointer=data.get("pointer"),
+        )
+
+
+class GrammarError(MaskscopeError):
+    """The schema, EBNF or regex does not parse or xgrammar refuses to compile it."""
+
+    code = "grammar_invalid"
+
+
+class GrammarTooComplex(GrammarError):
+    """Compiling ran past its time limit or took its worker process down."""
+
+    code = "grammar_too_complex"
+
+
+class InvalidInput(MaskscopeError):
+    """A well-formed request with a value the engine cannot use (a token id out of range...)."""
+
+    code = "invalid_input"
+
+
+class TokenRefused(MaskscopeError):
+    """A forced token that the grammar's mask blocks at this step; nothing was changed."""
+
+    code = "token_refused"
+
+
+class SessionFinished(MaskscopeError):
+    """A step asked of a session that has already stopped (terminated, eos, max_tokens)."""
+
+    code = "session_finished"
+
+
+class ModelLoadError(MaskscopeError):
+    """The configured model could not be found or loaded."""
+
+    code = "model_load_failed"
+
+
+_BY_CODE: dict[str, type[MaskscopeError]] = {
+    c.code: c
+    for c in (GrammarError, GrammarTooComplex, InvalidInput, TokenRefused, SessionFinished)
+}

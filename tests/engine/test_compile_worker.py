@@ -1,0 +1,141 @@
+"""The compile worker's own function, run in-process on a toy vocabulary."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import xgrammar as xgr
+
+from app.engine.compile_worker import clean_message, compile_request
+
+OPTIONS = {"any_whitespace": False, "strict_mode": True, "indent": None, "separators": None}
+
+
+@pytest.fixture(scope="module")
+def compiler() -> xgr.GrammarCompiler:
+    info = xgr.TokenizerInfo(["a", "b", "{", "}", '"', "<eos>"], stop_token_ids=[5])
+    return xgr.GrammarCompiler(info, cache_enabled=False)
+
+
+def _compile(compiler: xgr.GrammarCompiler, kind: str, source: Any) -> dict[str, Any]:
+    text = source if isinstance(source, str) else json.dumps(source, indent=2)
+    return compile_request(compiler, {"kind": kind, "source": text, "options": OPTIONS})
+
+
+def test_clean_message_strips_the_log_prefix() -> None:
+    line = "[17:22:28] /project/cpp/json_schema_converter.cc:1094: Warning: multipleOf is ignored"
+    assert clean_message(line) == "multipleOf is ignored"
+    assert clean_message("[09:00:01] /x/grammar_parser.cc:820: EBNF parser error") == (
+        "EBNF parser error"
+    )
+
+
+def test_a_compile_reports_grammar_rules_and_size(compiler: xgr.GrammarCompiler) -> None:
+    answer = _compile(compiler, "ebnf", 'root ::= "a" item\nitem ::= "b"+')
+    assert answer["ok"] is True
+    assert "root ::=" in answer["grammar_text"]
+    assert "root" in answer["rule_names"] and "item" in answer["rule_names"]
+    assert answer["size_bytes"] > 0 and answer["compile_ms"] > 0
+    assert answer["warnings"] == []
+    assert isinstance(answer["serialized"], str)
+
+
+@pytest.mark.parametrize(
+    ("schema", "warning"),
+    [
+        (
+            {"type": "number", "multipleOf": 3},
+            "multipleOf is not supported for type:number; ignoring multipleOf",
+        ),
+        (
+            {"type": "string", "pattern": "a+", "maxLength": 4},
+            "pattern combined with minLength/maxLength is not supported; ignoring "
+            "minLength/maxLength",
+        ),
+        (
+            {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 2}]},
+            "oneOf with overlapping or non-provably-disjoint branches cannot be represented "
+            "exactly; falling back to anyOf semantics",
+        ),
+    ],
+)
+def test_xgrammar_warnings_are_captured_per_compile(
+    compiler: xgr.GrammarCompiler, schema: dict[str, Any], warning: str
+) -> None:
+    answer = _compile(compiler, "json_schema", schema)
+    assert answer["ok"] is True
+    assert answer["warnings"] == [warning]
+
+
+def _error(answer: dict[str, Any]) -> dict[str, Any]:
+    assert answer["ok"] is False
+    error: dict[str, Any] = answer["error"]
+    return error
+
+
+def test_invalid_json_gives_line_and_column(compiler: xgr.GrammarCompiler) -> None:
+    error = _error(_compile(compiler, "json_schema", '{\n  "type": "object",\n  "x": [1,,2]\n}'))
+    assert error["message"] == "invalid JSON: Expecting value"
+    assert (error["line"], error["column"]) == (3, 11)
+
+
+def test_a_schema_must_be_an_object(compiler: xgr.GrammarCompiler) -> None:
+    error = _error(_compile(compiler, "json_schema", "[1, 2]"))
+    assert error["message"] == "a JSON Schema is an object or a boolean, got list"
+
+
+def test_metaschema_errors_carry_a_pointer(compiler: xgr.GrammarCompiler) -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "strnig"}}}
+    error = _error(_compile(compiler, "json_schema", schema))
+    assert error["pointer"] == "/properties/a/type"
+    assert error["message"].startswith("not a valid JSON Schema: 'strnig' is not valid")
+    assert (error["line"], error["column"]) == (5, 15)
+
+
+@pytest.mark.parametrize(
+    ("schema", "pointer", "message"),
+    [
+        (
+            {"type": "object", "properties": {"a": {"$ref": "#/$defs/nope"}}},
+            "/properties/a",
+            "Cannot find field '$defs' in #/$defs/nope",
+        ),
+        (
+            {"properties": {"n": {"type": "integer", "minimum": 5, "maximum": 1}}},
+            "/properties/n",
+            "Invalid range: minimum greater than maximum",
+        ),
+        (
+            {"properties": {"list": {"prefixItems": [{"type": "string", "pattern": "[a-"}]}}},
+            "/properties/list/prefixItems/0",
+            "Regex parsing error at position 4: Unclosed '['",
+        ),
+    ],
+)
+def test_xgrammar_schema_errors_are_located(
+    compiler: xgr.GrammarCompiler, schema: dict[str, Any], pointer: str, message: str
+) -> None:
+    error = _error(_compile(compiler, "json_schema", schema))
+    assert error["message"] == message
+    assert error["pointer"] == pointer
+    assert error["line"] > 1
+
+
+def test_ebnf_errors_give_line_and_column(compiler: xgr.GrammarCompiler) -> None:
+    error = _error(_compile(compiler, "ebnf", 'root ::= "a" item\nitem ::= "b" | missing'))
+    assert (
+        error["message"] == 'EBNF parser error at line 2, column 16: Rule "missing" is not defined'
+    )
+    assert (error["line"], error["column"]) == (2, 16)
+
+
+def test_regex_errors_give_the_column(compiler: xgr.GrammarCompiler) -> None:
+    error = _error(_compile(compiler, "regex", "ab(cd"))
+    assert error["message"] == "Regex parsing error at position 6: The parenthesis is not closed."
+    assert (error["line"], error["column"]) == (1, 6)  # the end of the pattern
+
+
+def test_unknown_kind(compiler: xgr.GrammarCompiler) -> None:
+    assert _error(_compile(compiler, "lark", "x"))["message"] == "unknown grammar kind 'lark'"

@@ -1,0 +1,86 @@
+"""Compiles in real worker processes, for the real model's tokenizer."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from app.engine import CompileOptions, Engine, GrammarCompiler, GrammarKind, GrammarSpec
+from app.exceptions import GrammarError, GrammarTooComplex
+
+MULTIPLE_OF = "multipleOf is not supported for type:number; ignoring multipleOf"
+PATTERN_LENGTH = (
+    "pattern combined with minLength/maxLength is not supported; ignoring minLength/maxLength"
+)
+ONE_OF = (
+    "oneOf with overlapping or non-provably-disjoint branches cannot be represented exactly; "
+    "falling back to anyOf semantics"
+)
+# About half a second to compile on this machine: long enough to pass a short time limit.
+SLOW_SCHEMA = {"type": "string", "pattern": "^([a-z]{1,30}\\.){1,40}[a-z]{2,10}$"}
+
+
+def _schema(body: dict[str, Any], tag: str) -> GrammarSpec:
+    return GrammarSpec(GrammarKind.JSON_SCHEMA, json.dumps({**body, "title": tag}))
+
+
+def _schema_with(warning: str, tag: str) -> GrammarSpec:
+    bodies: dict[str, dict[str, Any]] = {
+        MULTIPLE_OF: {"type": "number", "multipleOf": 3},
+        PATTERN_LENGTH: {"type": "string", "pattern": "a+", "maxLength": 4},
+        ONE_OF: {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 2}]},
+    }
+    return _schema(bodies[warning], tag)
+
+
+def test_a_cache_hit_keeps_the_warnings_and_figures(engine: Engine) -> None:
+    spec = _schema_with(MULTIPLE_OF, "cache-hit")
+    first = engine.compile(spec)
+    again = engine.compile(spec)
+    assert first.cached is False and again.cached is True
+    assert first.warnings == again.warnings == (MULTIPLE_OF,)
+    assert again.compile_ms == first.compile_ms
+    assert again.grammar_text == first.grammar_text
+    assert first.size_bytes > 0
+
+
+def test_different_options_are_different_cache_entries(engine: Engine) -> None:
+    source = json.dumps({"type": "object", "properties": {"a": {"type": "integer"}}, "title": "o"})
+    tight = engine.compile(GrammarSpec(GrammarKind.JSON_SCHEMA, source))
+    loose = engine.compile(
+        GrammarSpec(GrammarKind.JSON_SCHEMA, source, CompileOptions(any_whitespace=True))
+    )
+    assert loose.cached is False
+    assert loose.grammar_text != tight.grammar_text
+
+
+def test_concurrent_compiles_keep_their_own_warnings(engine: Engine) -> None:
+    warnings = [MULTIPLE_OF, PATTERN_LENGTH, ONE_OF] * 4
+    specs = [_schema_with(w, f"concurrent-{i}") for i, w in enumerate(warnings)]
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(engine.compile, specs))
+    assert [r.warnings for r in results] == [(w,) for w in warnings]
+    assert not any(r.cached for r in results)
+
+
+def test_errors_cross_the_process_boundary_typed(engine: Engine) -> None:
+    with pytest.raises(GrammarError) as caught:
+        engine.compile(GrammarSpec(GrammarKind.EBNF, 'root ::= "a" | b'))
+    assert caught.value.message == 'EBNF parser error at line 1, column 16: Rule "b" is not defined'
+    assert (caught.value.line, caught.value.column) == (1, 16)
+
+
+def test_a_compile_past_the_time_limit_is_ended(engine: Engine) -> None:
+    with GrammarCompiler(engine.model.tokens.info, workers=1, timeout_s=0.1) as compiler:
+        started = time.monotonic()
+        with pytest.raises(GrammarTooComplex) as caught:
+            compiler.compile(_schema(SLOW_SCHEMA, "slow"))
+        assert "longer than the 0.1 s limit" in caught.value.message
+        assert time.monotonic() - started < 30
+        # the killed worker was replaced: the next compile succeeds
+        result = compiler.compile(GrammarSpec(GrammarKind.REGEX, "[0-9]+"))
+        assert "root ::=" in result.grammar_text

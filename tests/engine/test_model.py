@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from app.engine import Engine, load_model
+from app.engine.model import resolve_device, resolve_dtype
+from app.exceptions import ModelLoadError
+from app.settings import Settings
+
+
+def test_device_and_dtype_resolution() -> None:
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto").type == expected
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_dtype("auto", torch.device("cpu")) is torch.float32
+    assert resolve_dtype("auto", torch.device("cuda")) is torch.bfloat16
+    assert resolve_dtype("float16", torch.device("cpu")) is torch.float16
+
+
+def test_the_embedded_model_and_its_identity(engine: Engine) -> None:
+    model = engine.model
+    identity = model.identity
+    assert identity.model_id.startswith("HuggingFaceTB/SmolLM2-135M-Instruct")
+    assert re.fullmatch(r"[0-9a-f]{64}", identity.weights_sha256)
+    assert identity.xgrammar == "0.2.9" and identity.transformers == "5.24.0"
+    assert identity.torch == torch.__version__
+
+
+def test_the_bitmask_is_sized_from_the_model_config(engine: Engine) -> None:
+    tokens = engine.model.tokens
+    assert tokens.vocab_size == engine.model.model.config.vocab_size == 49152
+    assert len(tokens.token_bytes) == tokens.vocab_size
+    assert tokens.stop_ids == frozenset({2})
+    assert tokens.text(2) == "<|im_end|>" and tokens.output_bytes(2) == b""
+
+
+def test_a_model_that_cannot_be_found(tmp_path: object) -> None:
+    with pytest.raises(ModelLoadError) as caught:
+        load_model(Settings(model=str(tmp_path)))
+    assert caught.value.message.startswith(f"cannot load model {str(tmp_path)!r}")

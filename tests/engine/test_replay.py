@@ -1,0 +1,94 @@
+"""Replay: strings and token ids walked through real grammars, no model involved."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine import Engine, GrammarKind, GrammarSpec
+from app.engine.mask import words_from_bytes
+from app.examples import load_examples
+from app.exceptions import InvalidInput
+
+NESTED = GrammarSpec(
+    GrammarKind.JSON_SCHEMA, next(e for e in load_examples() if e.id == "nested").source()
+)
+VALID = (
+    '{"user": {"id": 42, "profile": {"display_name": "Ada Lovelace", '
+    '"settings": {"theme": "dark", "notifications": false}}}}'
+)
+PREFIX = '{"user": {"id": 42, "profile": {"display_name": "Ada", "settings": {"theme": '
+
+
+def test_a_valid_instance_is_accepted_and_complete(engine: Engine) -> None:
+    result = engine.replay(NESTED, text=VALID)
+    assert result.accepted and result.complete and result.rejection is None
+    assert "".join(t.text for t in result.tokens) == VALID
+    assert max(t.depth for t in result.tokens) == 4
+    assert result.tokens[-1].depth == 0
+    assert "$.user.profile.settings.theme" in {t.path for t in result.tokens}
+    for token in result.tokens:
+        words = words_from_bytes(token.bitmask)
+        assert (int(words[token.token_id >> 5]) >> (token.token_id & 31)) & 1
+        assert token.allowed_count == sum(bin(int(w) & 0xFFFFFFFF).count("1") for w in words)
+
+
+def test_a_valid_prefix_is_accepted_but_not_complete(engine: Engine) -> None:
+    result = engine.replay(NESTED, text=PREFIX)
+    assert result.accepted and not result.complete and result.rejection is None
+
+
+@pytest.mark.parametrize(
+    ("text", "refused"),
+    [
+        ("hello", "hello"),
+        ('{"usr": 1}', 'r": 1}'),  # '{"us' is a prefix of '{"user"': the 'r' is refused
+        ('{"user": {"id": 0}}', "0}}"),  # minimum 1
+        (PREFIX + '"blue"}}}}', 'blue"}}}}'),
+        (PREFIX + '"dárk"}}}}', 'árk"}}}}'),  # offsets count code points, not bytes
+        (VALID + " ", " "),  # nothing may follow the object
+        ('{"user": {"id": 42,  "profile"', ' "profile"'),  # one space, not two
+    ],
+)
+def test_the_rejection_offset_is_the_first_refused_character(
+    engine: Engine, text: str, refused: str
+) -> None:
+    result = engine.replay(NESTED, text=text)
+    assert not result.accepted and not result.complete
+    assert result.rejection is not None
+    assert text[result.rejection.offset :] == refused
+    assert result.rejection.token_index == len(result.tokens) - 1
+    assert not result.tokens[-1].accepted
+    assert result.rejection.expected, "a sample of what the grammar accepts there"
+
+
+def test_expected_lists_what_the_grammar_accepts(engine: Engine) -> None:
+    result = engine.replay(NESTED, text=PREFIX + "blue")
+    assert result.rejection is not None
+    # the text tokenizes as ... '":', ' blue': the grammar wanted ' "' (or ' ' then '"')
+    assert result.rejection.token_text == " blue"
+    assert result.rejection.expected == (" ", ' "')
+
+
+def test_token_ids_with_the_stop_token(engine: Engine) -> None:
+    tokens = engine.model.tokens
+    eos = min(tokens.stop_ids)
+    done = engine.replay(NESTED, token_ids=[*tokens.encode(VALID), eos])
+    assert done.accepted and done.complete
+    early = engine.replay(NESTED, token_ids=[*tokens.encode(PREFIX), eos])
+    assert not early.accepted and early.rejection is not None
+    assert early.rejection.offset == len(PREFIX)
+
+
+def test_bad_token_ids_are_named(engine: Engine) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        engine.replay(NESTED, token_ids=[1, 99999999])
+    assert caught.value.message.startswith("token_ids[1] = 99999999 is outside the vocabulary")
+    with pytest.raises(InvalidInput):
+        engine.replay(NESTED)
+
+
+def test_an_ebnf_grammar_has_no_json_path(engine: Engine) -> None:
+    spec = GrammarSpec(GrammarKind.EBNF, 'root ::= "yes" | "no"')
+    result = engine.replay(spec, text="yes")
+    assert result.complete and all(t.path == "" for t in result.tokens)
+    assert result.tokens[0].rules == ()

@@ -1,0 +1,203 @@
+"""The stepper on the real model and real xgrammar."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.engine import (
+    ChatMessage,
+    Engine,
+    GrammarKind,
+    GrammarSpec,
+    SamplingParams,
+    Session,
+    StepRecord,
+    StopReason,
+    with_schema,
+)
+from app.engine.mask import words_from_bytes
+from app.examples import load_examples
+from app.exceptions import InvalidInput, SessionFinished, TokenRefused
+
+NESTED = next(e for e in load_examples() if e.id == "nested")
+
+
+def _nested(
+    engine: Engine, *, max_tokens: int = NESTED.max_tokens, sampling: SamplingParams | None = None
+) -> Session:
+    source = NESTED.source()
+    return engine.new_session(
+        GrammarSpec(GrammarKind.JSON_SCHEMA, source),
+        messages=[
+            ChatMessage("system", with_schema(NESTED.system, source)),
+            ChatMessage("user", NESTED.prompt),
+        ],
+        max_tokens=max_tokens,
+        sampling=sampling,
+    )
+
+
+def _bit(record: StepRecord, token_id: int) -> bool:
+    words = words_from_bytes(record.bitmask)
+    return bool((int(words[token_id >> 5]) >> (token_id & 31)) & 1)
+
+
+def _popcount(record: StepRecord) -> int:
+    return sum(bin(int(w) & 0xFFFFFFFF).count("1") for w in words_from_bytes(record.bitmask))
+
+
+@pytest.fixture(scope="module")
+def finished(engine: Engine) -> Session:
+    session = _nested(engine)
+    session.run(NESTED.max_tokens)
+    return session
+
+
+def test_the_session_terminates_with_valid_json(finished: Session) -> None:
+    assert finished.stop_reason is StopReason.TERMINATED
+    last = finished.steps[-1]
+    assert last.terminated and last.token_id in finished.model.tokens.stop_ids
+    assert "<|im_end|>" not in finished.text
+    data = json.loads(finished.text)
+    assert isinstance(data["user"]["profile"]["settings"]["theme"], str)
+    validation = finished.validation()
+    assert validation is not None and validation.valid
+
+
+def test_every_chosen_token_is_allowed_in_its_bitmask(finished: Session) -> None:
+    vocab_size = finished.model.tokens.vocab_size
+    for record in finished.steps:
+        assert record.vocab_size == vocab_size == 49152
+        assert len(record.bitmask) == (vocab_size + 31) // 32 * 4
+        assert _bit(record, record.token_id), record.index
+        assert record.allowed_count == _popcount(record)
+        assert record.mask_accept_agree
+
+
+def test_the_raw_distribution_figures_agree(finished: Session) -> None:
+    for record in finished.steps:
+        probs = [t.prob for t in record.top]
+        assert probs == sorted(probs, reverse=True) and len(record.top) == 10
+        for candidate in record.top:
+            assert candidate.allowed == _bit(record, candidate.token_id)
+        blocked_in_top = sum(t.prob for t in record.top if not t.allowed)
+        assert blocked_in_top - 1e-6 <= record.blocked_mass <= 1.0 + 1e-6
+        if record.token_id in [t.token_id for t in record.top]:
+            assert record.rank == [t.token_id for t in record.top].index(record.token_id)
+            assert record.prob == pytest.approx(record.top[record.rank].prob)
+        else:
+            assert record.rank >= len(record.top)
+        # greedy: the chosen token is the most probable allowed one
+        allowed_top = [t for t in record.top if t.allowed]
+        if allowed_top:
+            assert record.token_id == allowed_top[0].token_id
+
+
+def test_depth_and_path_follow_the_nesting(finished: Session) -> None:
+    assert max(r.depth for r in finished.steps) == 4
+    paths = {r.path for r in finished.steps}
+    assert "$.user.profile.settings.theme" in paths
+    assert finished.steps[-1].depth == 0
+    theme = next(r for r in finished.steps if r.path == "$.user.profile.settings.theme")
+    assert theme.rules, "the Earley parser names at least one active rule"
+
+
+def test_back_then_forward_reproduces_the_records(engine: Engine) -> None:
+    session = _nested(engine)
+    original = [r.without_timings() for r in session.run(20)]
+    session.back(8)
+    assert len(session.steps) == 12
+    session.run(8)
+    assert [r.without_timings() for r in session.steps] == original
+    session.back(100)  # back to the prompt: the prefill runs again
+    assert session.steps == [] and session.text == ""
+    session.run(20)
+    assert [r.without_timings() for r in session.steps] == original
+
+
+def test_back_then_forward_reproduces_seeded_sampling(engine: Engine) -> None:
+    session = _nested(engine, sampling=SamplingParams(temperature=1.3, top_p=0.95, seed=1234))
+    original = [r.without_timings() for r in session.run(25)]
+    session.back(25)
+    session.run(10)
+    session.back(3)
+    session.run(18)
+    assert [r.without_timings() for r in session.steps] == original
+    greedy = [r.without_timings() for r in _nested(engine).run(25)]
+    assert original != greedy, "temperature 1.3 should leave the greedy path somewhere"
+
+
+def test_a_blocked_token_cannot_be_forced(engine: Engine) -> None:
+    session = _nested(engine)
+    session.run(3)
+    before = [r.without_timings() for r in session.steps]
+    hello = engine.model.tokens.encode("hello")[0]
+    with pytest.raises(TokenRefused) as caught:
+        session.force(hello)
+    assert f"the grammar blocks token {hello} ('hello') at step 3" in caught.value.message
+    assert "tokens are allowed here, e.g." in caught.value.message
+    assert [r.without_timings() for r in session.steps] == before
+    fresh = _nested(engine)
+    fresh.run(4)
+    assert session.step().without_timings() == fresh.steps[3].without_timings()
+
+
+def test_forcing_an_allowed_token_marks_the_step(engine: Engine) -> None:
+    session = _nested(engine)
+    greedy = session.step()
+    while greedy.allowed_count < 1000:  # walk to the inside of a free-text string
+        greedy = session.step()
+    session.back(1)
+    words = words_from_bytes(greedy.bitmask)
+    other = next(
+        t
+        for t in range(engine.model.tokens.vocab_size)
+        if t != greedy.token_id and (int(words[t >> 5]) >> (t & 31)) & 1
+    )
+    forced = session.force(other)
+    assert forced.forced and forced.token_id == other and forced.index == greedy.index
+    assert forced.mask_accept_agree
+    assert not session.step().forced
+
+
+def test_out_of_range_token_ids_are_refused(engine: Engine) -> None:
+    session = _nested(engine)
+    with pytest.raises(InvalidInput):
+        session.force(engine.model.tokens.vocab_size)
+    with pytest.raises(InvalidInput):
+        session.force(-1)
+
+
+def test_max_tokens_stops_and_back_reopens(engine: Engine) -> None:
+    session = _nested(engine, max_tokens=3)
+    assert len(session.run(10)) == 3
+    assert session.stop_reason is StopReason.MAX_TOKENS
+    validation = session.validation()
+    assert validation is not None and not validation.valid
+    with pytest.raises(SessionFinished):
+        session.step()
+    session.back(1)
+    assert session.stop_reason is None and session.validation() is None
+    session.step()
+    assert session.done
+
+
+def test_a_regex_grammar_on_a_raw_prompt(engine: Engine) -> None:
+    session = engine.new_session(
+        GrammarSpec(GrammarKind.REGEX, "[0-9]{3}-[0-9]{4}"),
+        raw_prompt="Call me at 555-",
+        max_tokens=20,
+    )
+    session.run(20)
+    assert session.stop_reason is StopReason.TERMINATED
+    assert len(session.text) == 8 and session.text[3] == "-"
+    assert all(r.path == "" and r.depth == 0 for r in session.steps)
+    validation = session.validation()
+    assert validation is not None and validation.valid
+
+
+def test_max_tokens_above_the_cap_is_refused(engine: Engine) -> None:
+    with pytest.raises(InvalidInput):
+        _nested(engine, max_tokens=engine.settings.max_tokens_cap + 1)

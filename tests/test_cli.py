@@ -1,0 +1,71 @@
+"""``python -m app trace`` and ``replay`` with the real model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.__main__ import main
+
+ROOT = Path(__file__).resolve().parent.parent
+NESTED = ROOT / "schemas" / "nested.json"
+PROMPT = "Create the account of user 42, Ada Lovelace, who prefers a dark theme."
+STEP_KEYS = {
+    "index", "token_id", "token_text", "token_bytes", "forced", "prob", "rank", "top",
+    "blocked_mass", "allowed_count", "vocab_size", "bitmask", "depth", "path", "rules",
+    "jump_forward", "mask_accept_agree", "forward_ms", "mask_us", "total_ms", "terminated",
+}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _one_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MASKSCOPE_COMPILE_WORKERS", "1")
+
+
+def test_trace_json_lines_in_a_real_process() -> None:
+    command = [sys.executable, "-m", "app", "trace", "--schema", str(NESTED), "--prompt", PROMPT,
+               "--system", "Reply with JSON only.", "--schema-in-prompt", "--json"]  # fmt: skip
+    env = {**os.environ, "MASKSCOPE_COMPILE_WORKERS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    steps, last = lines[:-1], lines[-1]
+    assert all(set(step) == STEP_KEYS for step in steps)
+    assert [s["index"] for s in steps] == list(range(len(steps)))
+    assert last["done"] and last["stop_reason"] == "terminated"
+    assert last["validation"] == {"valid": True, "errors": []}
+    assert json.loads(last["text"])["user"]["id"] == 42
+
+
+def test_trace_plain_stops_at_the_step_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["trace", "--schema", str(NESTED), "--prompt", PROMPT, "--steps", "4"])
+    out = capsys.readouterr().out.splitlines()
+    assert status == 1  # incomplete output
+    assert [line.split()[0] for line in out[:4]] == ["0", "1", "2", "3"]
+    assert "allowed" in out[0] and "depth" in out[0] and "ms" in out[0]
+    assert out[-1].startswith("stop: max_tokens; valid: {'valid': False")
+
+
+def test_replay_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+    good = '{"user": {"id": 7, "profile": {"display_name": "A", "settings": '
+    good += '{"theme": "dark", "notifications": true}}}}'
+    assert main(["replay", "--schema", str(NESTED), "--text", good]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("accepted: True; complete: True")
+    assert main(["replay", "--schema", str(NESTED), "--text", '{"user": 5}', "--json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["rejection"]["offset"] == 9
+
+
+def test_a_bad_schema_is_reported_with_its_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"type": "object",\n "properties": {"a": {"type": "strnig"}}}')
+    assert main(["replay", "--schema", str(bad), "--text", "{}"]) == 2
+    err = capsys.readouterr().err
+    assert "not a valid JSON Schema" in err and "line 2" in err and "/properties/a/type" in err
