@@ -1,4 +1,4 @@
-"""Command line: ``python -m app trace|replay`` (see ``python -m app --help``)."""
+"""Command line: ``python -m app serve|trace|replay`` (see ``python -m app --help``)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ _KINDS = ("json_schema", "pydantic", "ebnf", "regex")
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m app", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="serve the playground")
+    serve.add_argument("--host", help="address to bind (default 127.0.0.1, MASKSCOPE_HOST)")
+    serve.add_argument("--port", type=int, help="port to bind (default 8000, MASKSCOPE_PORT)")
 
     trace = commands.add_parser("trace", help="generate under a grammar, one line per step")
     _grammar_arguments(trace)
@@ -157,11 +161,26 @@ def _replay(args: argparse.Namespace) -> int:
     return 0 if result.accepted and result.complete else 1
 
 
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.main import create_app
+    from app.settings import Settings
+
+    settings = Settings()
+    host, port = args.host or settings.host, args.port or settings.port
+    print(f"Maskscope is starting: open http://{host}:{port}/", flush=True)
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = _parser().parse_args(argv)
     _quiet_libraries()
     try:
+        if args.command == "serve":
+            return _serve(args)
         if args.command == "trace":
             return _trace(args)
         return _replay(args)

@@ -91,6 +91,36 @@ class ModelLoadError(MaskscopeError):
     code = "model_load_failed"
 
 
+class SessionNotFound(MaskscopeError):
+    """No session has this id."""
+
+    code = "session_not_found"
+
+
+class SessionGone(MaskscopeError):
+    """The session expired or was evicted to make room; start a new one."""
+
+    code = "session_gone"
+
+
+class CapacityExceeded(MaskscopeError):
+    """A cap is full (live sessions); try again later."""
+
+    code = "capacity_exceeded"
+
+
+class RunInProgress(MaskscopeError):
+    """An action that cannot interleave with a run streaming for this session."""
+
+    code = "run_in_progress"
+
+
+class NotReady(MaskscopeError):
+    """The model is still loading (or failed to load)."""
+
+    code = "not_ready"
+
+
 _BY_CODE: dict[str, type[MaskscopeError]] = {
     c.code: c
     for c in (GrammarError, GrammarTooComplex, InvalidInput, TokenRefused, SessionFinished)

@@ -32,6 +32,13 @@ class Settings(BaseSettings):
         compile_cache_bytes: memory budget of the compiled-grammar cache.
         top_k: default number of raw-distribution candidates recorded per step.
         max_tokens_cap: the largest ``max_tokens`` a session may ask for.
+        source_max_bytes: the largest schema or grammar source accepted.
+        messages_max_bytes: the largest prompt accepted (all messages together).
+        max_body_bytes: the largest request body accepted (413 beyond).
+        max_sessions: live sessions kept at once; the least recently used idle one is evicted.
+        session_ttl_s: a session unused for this long expires.
+        host: address ``python -m app serve`` binds by default.
+        port: port ``python -m app serve`` binds by default.
     """
 
     model_config = SettingsConfigDict(env_prefix="MASKSCOPE_", extra="ignore")
@@ -45,3 +52,10 @@ class Settings(BaseSettings):
     compile_cache_bytes: int = Field(default=512 * 1024 * 1024, ge=0)
     top_k: int = Field(default=10, ge=1, le=100)
     max_tokens_cap: int = Field(default=4096, ge=1, le=4096)
+    source_max_bytes: int = Field(default=256 * 1024, ge=1, le=256 * 1024)
+    messages_max_bytes: int = Field(default=32 * 1024, ge=1, le=32 * 1024)
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    max_sessions: int = Field(default=32, ge=1)
+    session_ttl_s: float = Field(default=1800.0, gt=0)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)

@@ -5,7 +5,7 @@ Nothing here knows HTTP; the web layer and the CLI call :class:`Engine` and rend
 
 from app.engine.compiler import GrammarCompiler
 from app.engine.engine import Engine
-from app.engine.grammar import CompileOptions, CompileResult, GrammarKind, GrammarSpec
+from app.engine.grammar import PRESETS, CompileOptions, CompileResult, GrammarKind, GrammarSpec
 from app.engine.model import LoadedModel, ModelIdentity, load_model
 from app.engine.prompt import ChatMessage, Prompt, render_prompt, with_schema
 from app.engine.records import (
@@ -21,6 +21,7 @@ from app.engine.sampling import SamplingParams
 from app.engine.session import Session, StopReason
 
 __all__ = [
+    "PRESETS",
     "ChatMessage",
     "CompileOptions",
     "CompileResult",

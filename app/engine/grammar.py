@@ -10,7 +10,7 @@ from typing import Any
 
 from app.exceptions import InvalidInput
 
-__all__ = ["CompileOptions", "CompileResult", "GrammarKind", "GrammarSpec"]
+__all__ = ["PRESETS", "CompileOptions", "CompileResult", "GrammarKind", "GrammarSpec"]
 
 
 class GrammarKind(StrEnum):
@@ -52,6 +52,18 @@ class CompileOptions:
         out = dataclasses.asdict(self)
         out["separators"] = list(self.separators) if self.separators else None
         return out
+
+
+#: Options by preset. ``xgrammar`` is xgrammar's own defaults; ``vllm`` and ``sglang`` are what
+#: those engines pass by default (both call ``compile_json_schema(schema, any_whitespace=True)``
+#: unless started with ``disable_any_whitespace`` / ``--constrained-json-disable-any-whitespace``,
+#: and leave the other options at xgrammar's defaults); ``maskscope`` is ours (see the README).
+PRESETS: dict[str, CompileOptions] = {
+    "maskscope": CompileOptions(),
+    "xgrammar": CompileOptions(any_whitespace=True),
+    "vllm": CompileOptions(any_whitespace=True),
+    "sglang": CompileOptions(any_whitespace=True),
+}
 
 
 @dataclass(frozen=True)

@@ -68,5 +68,8 @@ def with_schema(system: str, schema_source: str) -> str:
     A small model that sees the field names and descriptions writes far better values than one
     that learns them only through the mask.
     """
-    schema = json.dumps(json.loads(schema_source), ensure_ascii=False)
+    try:
+        schema = json.dumps(json.loads(schema_source), ensure_ascii=False)
+    except ValueError:
+        schema = schema_source.strip()
     return f"{system}\nThe JSON must follow this schema:\n{schema}".lstrip()

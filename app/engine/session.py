@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from enum import StrEnum
 from typing import Any
@@ -12,7 +13,7 @@ from transformers import DynamicCache
 
 from app.engine.grammar import CompileResult
 from app.engine.jsonpath import JsonPosition, advance
-from app.engine.mask import allowed_vector, bitmask_bytes, is_allowed
+from app.engine.mask import allowed_vector, bitmask_bytes, is_allowed, words_from_bytes
 from app.engine.model import LoadedModel
 from app.engine.parser_state import active_rules
 from app.engine.prompt import Prompt
@@ -82,6 +83,8 @@ class Session:
         self._pending: tuple[int, ...] = prompt.token_ids
         self._positions = [JsonPosition()]
         self._accepted: list[bool] = []
+        # Callers may step from several threads (a web request, a stream); actions serialise.
+        self._lock = threading.RLock()
 
     @property
     def done(self) -> bool:
@@ -100,7 +103,8 @@ class Session:
         Raises:
             SessionFinished: the session has already stopped.
         """
-        return self._step(None)
+        with self._lock:
+            return self._step(None)
 
     def force(self, token_id: int) -> StepRecord:
         """Take ``token_id`` as the next token, if the grammar allows it; the record is marked.
@@ -110,11 +114,36 @@ class Session:
             TokenRefused: the mask blocks the token here; nothing changed.
             SessionFinished: the session has already stopped.
         """
+        self._check_token_id(token_id)
+        with self._lock:
+            return self._step(token_id)
+
+    def _check_token_id(self, token_id: int) -> None:
         if not 0 <= token_id < self._tokens.vocab_size:
             raise InvalidInput(
                 f"token_id must be between 0 and {self._tokens.vocab_size - 1}, got {token_id}"
             )
-        return self._step(token_id)
+
+    def force_at(self, index: int, token_id: int) -> StepRecord:
+        """Go back to step ``index`` and force ``token_id`` there: "what if it had said X?".
+
+        The token is checked against the mask recorded for that step first; when it is blocked,
+        nothing changes.
+
+        Raises:
+            InvalidInput: the index is past the next step, or the id is outside the vocabulary.
+            TokenRefused: the mask of step ``index`` blocks the token.
+        """
+        with self._lock:
+            if not 0 <= index <= len(self.steps):
+                raise InvalidInput(f"at must be between 0 and {len(self.steps)}, got {index}")
+            if index < len(self.steps):
+                self._check_token_id(token_id)
+                words = torch.from_numpy(words_from_bytes(self.steps[index].bitmask).copy())
+                if not is_allowed(words, token_id):
+                    raise self._refusal(token_id, words, index)
+                self.back(len(self.steps) - index)
+            return self.force(token_id)
 
     def run(self, n: int) -> list[StepRecord]:
         """Take up to ``n`` steps, fewer when the session stops first."""
@@ -127,6 +156,10 @@ class Session:
         """Undo the last ``n`` steps (all of them if fewer): matcher rollback, KV-cache crop."""
         if n < 1:
             raise InvalidInput(f"n must be at least 1, got {n}")
+        with self._lock:
+            self._back(n)
+
+    def _back(self, n: int) -> None:
         n = min(n, len(self.steps))
         if n == 0:
             return
@@ -154,12 +187,12 @@ class Session:
         logits: torch.Tensor = out.logits[0, -1].float()
         return logits
 
-    def _refusal(self, token_id: int, words: torch.Tensor) -> TokenRefused:
+    def _refusal(self, token_id: int, words: torch.Tensor, index: int) -> TokenRefused:
         allowed = allowed_vector(words, self._tokens.vocab_size).nonzero().flatten().tolist()
         examples = ", ".join(repr(t) for t in self._tokens.shortest_texts(allowed, 8))
         return TokenRefused(
             f"the grammar blocks token {token_id} ({self._tokens.text(token_id)!r}) at step "
-            f"{len(self.steps)}: {len(allowed)} of {self._tokens.vocab_size} tokens are allowed "
+            f"{index}: {len(allowed)} of {self._tokens.vocab_size} tokens are allowed "
             f"here, e.g. {examples}"
         )
 
@@ -176,7 +209,7 @@ class Session:
         mask_us = (time.perf_counter() - mask_start) * 1e6
         words = self._bitmask[0]
         if forced is not None and not is_allowed(words, forced):
-            raise self._refusal(forced, words)
+            raise self._refusal(forced, words, index)
         forward_start = time.perf_counter()
         logits = self._forward()
         forward_ms = (time.perf_counter() - forward_start) * 1000

@@ -1,0 +1,56 @@
+"""The app factory."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from app import __version__
+from app.engine import Engine
+from app.settings import Settings
+from app.web import api, pages
+from app.web.errors import install_error_handlers
+from app.web.limits import BodyLimit
+from app.web.state import STATIC_DIR, AppState
+
+__all__ = ["create_app"]
+
+
+def create_app(settings: Settings | None = None, *, engine: Engine | None = None) -> FastAPI:
+    """Build the Maskscope app.
+
+    Args:
+        settings: configuration; read from the environment when omitted.
+        engine: an already loaded engine to share (tests); when omitted the app loads one at
+            startup, in the background, so ``/healthz`` answers at once and ``/readyz`` says 503
+            until the model is ready.
+    """
+    state = AppState(settings or Settings(), engine)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        loading = None
+        if state.engine is None:
+            loading = asyncio.get_running_loop().run_in_executor(None, state.load)
+        yield
+        if loading is not None:
+            await loading
+        state.close()
+
+    app = FastAPI(
+        title="Maskscope",
+        version=__version__,
+        description="See what xgrammar's token mask allows and blocks, step by step.",
+        lifespan=lifespan,
+    )
+    app.state.maskscope = state
+    install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=state.settings.max_body_bytes)
+    app.include_router(api.router)
+    app.include_router(pages.router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    return app

@@ -1,0 +1,153 @@
+"""The JSON API (``shared/API.md``), health checks, and the examples and vocabulary for the page."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Header, HTTPException, Path, Query, Request
+from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse
+
+from app.examples import load_examples
+from app.web import actions
+from app.web.deps import EngineDep, HandleDep, StateDep
+from app.web.models import CountIn, ForceIn, GrammarIn, ReplayIn, SessionIn
+from app.web.stream import run_events
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.get("/healthz", tags=["health"])
+async def healthz() -> dict[str, str]:
+    """200 while the process serves."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", tags=["health"], responses={503: {"description": "the model is loading"}})
+async def readyz(state: StateDep) -> JSONResponse:
+    """200 once the model is loaded, 503 before (or if it failed to load)."""
+    if state.engine is None:
+        reason = (
+            f"the model failed to load: {state.load_error}"
+            if state.load_error
+            else ("the model is loading")
+        )
+        return JSONResponse({"error": {"message": reason, "code": "not_ready"}}, status_code=503)
+    return JSONResponse({"status": "ready", "model": state.engine.model.identity.to_dict()})
+
+
+@router.post("/api/compile", tags=["grammar"])
+async def compile_grammar(body: GrammarIn, state: StateDep, engine: EngineDep) -> dict[str, Any]:
+    """Compile a grammar request: the grammar text, xgrammar's warnings, compile stats."""
+    result = await actions.compile_grammar(state, engine, body)
+    return actions.compile_answer(result, body)
+
+
+@router.post("/api/sessions", tags=["sessions"])
+async def create_session(body: SessionIn, state: StateDep, engine: EngineDep) -> dict[str, Any]:
+    """Open a session: compile, render the prompt, ready to step."""
+    handle = await actions.create_session(state, engine, body)
+    return actions.session_answer(handle)
+
+
+@router.get("/api/sessions/{session_id}", tags=["sessions"])
+async def get_session(handle: HandleDep) -> dict[str, Any]:
+    """All steps so far."""
+    return actions.step_response(handle, list(handle.session.steps))
+
+
+@router.post("/api/sessions/{session_id}/step", tags=["sessions"])
+async def step(handle: HandleDep, body: CountIn | None = None) -> dict[str, Any]:
+    """Take ``n`` steps (409 if the session has stopped)."""
+    steps = await actions.step(handle, (body or CountIn()).n)
+    return actions.step_response(handle, steps)
+
+
+@router.post("/api/sessions/{session_id}/back", tags=["sessions"])
+async def back(handle: HandleDep, body: CountIn | None = None) -> dict[str, Any]:
+    """Undo ``n`` steps."""
+    await actions.back(handle, (body or CountIn()).n)
+    return actions.step_response(handle, [])
+
+
+@router.post("/api/sessions/{session_id}/force", tags=["sessions"])
+async def force(handle: HandleDep, body: ForceIn) -> dict[str, Any]:
+    """Force a token (409 with the reason when the mask blocks it; nothing changes then)."""
+    record = await actions.force(handle, body.token_id, body.at)
+    return actions.step_response(handle, [record])
+
+
+@router.post("/api/sessions/{session_id}/pause", tags=["sessions"])
+async def pause(handle: HandleDep) -> dict[str, Any]:
+    """Stop a streaming run after the step in flight (which is still sent)."""
+    handle.pause = handle.streaming
+    return actions.step_response(handle, [])
+
+
+@router.get("/api/sessions/{session_id}/events", tags=["sessions"])
+async def events(
+    request: Request,
+    handle: HandleDep,
+    state: StateDep,
+    fmt: Annotated[Literal["html", "json"], Query(alias="format")] = "html",
+    after: Annotated[int, Query(ge=-1, le=4096, description="send steps after this index")] = -1,
+    last_event_id: Annotated[str | None, Header(max_length=16)] = None,
+) -> EventSourceResponse:
+    """Run the session, streaming each step as a server-sent event.
+
+    ``step`` events carry the step's HTML fragment (with the packed bitmask in ``data-bitmask``)
+    or, with ``format=json``, its record; then ``done`` or ``paused``, then ``end``. A reconnect
+    with ``Last-Event-ID`` resumes after that step; it never restarts the run.
+    """
+    if last_event_id is not None and last_event_id.isdigit():
+        after = int(last_event_id)
+
+    def render(name: str, context: dict[str, Any]) -> str:
+        return state.templates.get_template(name).render(context)
+
+    stream = run_events(request, handle, after=after, fmt=fmt, render=render)
+    return EventSourceResponse(stream, ping=15)
+
+
+@router.post("/api/replay", tags=["grammar"])
+async def replay(body: ReplayIn, state: StateDep, engine: EngineDep) -> dict[str, Any]:
+    """Walk a text or token ids through the grammar, without the model."""
+    result = await actions.replay(state, engine, body)
+    return result.to_dict()
+
+
+@router.get("/api/examples", tags=["examples"])
+async def examples() -> list[dict[str, str]]:
+    """The example schemas."""
+    return [{"id": e.id, "title": e.title, "description": e.description} for e in load_examples()]
+
+
+@router.get("/api/examples/{example_id}", tags=["examples"])
+async def example(example_id: Annotated[str, Path(max_length=64)]) -> dict[str, Any]:
+    """One example: its sources by kind and the prompt it was written for."""
+    found = next((e for e in load_examples() if e.id == example_id), None)
+    if found is None:
+        raise HTTPException(404, f"no example {example_id!r}")
+    return {
+        "id": found.id,
+        "title": found.title,
+        "description": found.description,
+        "sources": {"json_schema": found.source(".json")},
+        "system": found.system,
+        "prompt": found.prompt,
+        "max_tokens": found.max_tokens,
+        "schema_in_prompt": found.schema_in_prompt,
+    }
+
+
+@router.get("/api/vocab", tags=["examples"])
+async def vocab(engine: EngineDep) -> JSONResponse:
+    """The text of every token id, for the bitmask picture and the token search."""
+    tokens = engine.model.tokens
+    texts = [tokens.text(i) for i in range(tokens.vocab_size)]
+    return JSONResponse(
+        {"vocab_size": tokens.vocab_size, "tokens": texts},
+        headers={"Cache-Control": "max-age=3600"},
+    )

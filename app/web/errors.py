@@ -1,0 +1,109 @@
+"""One place that turns every error into ``{"error": {...}}`` with the contract's status code."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app import exceptions as exc
+
+__all__ = ["STATUS", "error_response", "install_error_handlers"]
+
+log = logging.getLogger(__name__)
+
+STATUS: dict[type[exc.MaskscopeError], int] = {
+    exc.GrammarError: 422,
+    exc.GrammarTooComplex: 422,
+    exc.InvalidInput: 422,
+    exc.TokenRefused: 409,
+    exc.SessionFinished: 409,
+    exc.RunInProgress: 409,
+    exc.SessionNotFound: 404,
+    exc.SessionGone: 410,
+    exc.CapacityExceeded: 429,
+    exc.NotReady: 503,
+    exc.ModelLoadError: 503,
+}
+_HTTP_CODES = {400: "malformed", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+
+
+def status_of(error: exc.MaskscopeError) -> int:
+    """The HTTP status of an engine error."""
+    for cls in type(error).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
+
+
+def error_response(request: Request, status: int, body: dict[str, Any]) -> Response:
+    """JSON for the API; for the page's HTMX requests, a fragment retargeted to the toast."""
+    if request.headers.get("HX-Request") == "true":
+        templates = request.app.state.maskscope.templates
+        response = templates.TemplateResponse(
+            request, "partials/_error.html", {"error": body}, status_code=status
+        )
+        response.headers["HX-Retarget"] = "#toast"
+        response.headers["HX-Reswap"] = "innerHTML"
+        return response
+    return JSONResponse({"error": body}, status_code=status)
+
+
+def _pointer(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+async def _maskscope_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, exc.MaskscopeError)
+    return error_response(request, status_of(error), error.to_dict())
+
+
+async def _validation_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, RequestValidationError)
+    problems = list(error.errors())
+    first = problems[0] if problems else {"msg": "invalid request", "loc": ()}
+    if first.get("type") == "json_invalid":
+        message = f"malformed JSON: {first.get('ctx', {}).get('error', first['msg'])}"
+        return error_response(request, 400, {"message": message, "code": "malformed"})
+    pointer = _pointer(tuple(first.get("loc", ())))
+    message = f"{pointer or '/'}: {first['msg']}"
+    if len(problems) > 1:
+        message += f" (and {len(problems) - 1} more)"
+    return error_response(
+        request, 422, {"message": message, "code": "invalid_request", "pointer": pointer}
+    )
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, StarletteHTTPException)
+    code = _HTTP_CODES.get(error.status_code, "http_error")
+    return error_response(request, error.status_code, {"message": str(error.detail), "code": code})
+
+
+async def _unexpected(request: Request, error: Exception) -> Response:
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return error_response(
+        request, 500, {"message": "internal error (a bug: please report it)", "code": "internal"}
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Route every error, FastAPI's own validation errors included, through one shape."""
+    app.add_exception_handler(exc.MaskscopeError, _maskscope_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)
+
+
+def not_found_page(request: Request, message: str) -> HTMLResponse:
+    """A friendly 404 page."""
+    templates = request.app.state.maskscope.templates
+    response: HTMLResponse = templates.TemplateResponse(
+        request, "pages/not_found.html", {"message": message}, status_code=404
+    )
+    return response

@@ -1,0 +1,180 @@
+"""Request bodies of the JSON API, with the caps declared where OpenAPI (and fuzzers) see them."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from app.engine import PRESETS, ChatMessage, CompileOptions, GrammarKind, GrammarSpec
+from app.exceptions import InvalidInput
+from app.settings import Settings
+
+__all__ = [
+    "CountIn",
+    "ForceIn",
+    "GrammarIn",
+    "MessageIn",
+    "OptionsIn",
+    "ReplayIn",
+    "SamplingIn",
+    "SessionIn",
+]
+
+MAX_SOURCE_CHARS = 256 * 1024
+MAX_MESSAGE_CHARS = 32 * 1024
+
+
+def _valid_unicode(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"invalid unicode: a lone surrogate at character {exc.start}") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_valid_unicode)]
+Separator = Annotated[str, Field(max_length=8)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class OptionsIn(_Strict):
+    """Compile options: a preset, then explicit options that override it."""
+
+    preset: Literal["maskscope", "xgrammar", "vllm", "sglang"] = Field(
+        default="maskscope",
+        description="options a serving engine passes to xgrammar by default; "
+        "`maskscope` is any_whitespace=false",
+    )
+    any_whitespace: bool | None = None
+    strict_mode: bool | None = None
+    indent: int | None = Field(default=None, ge=0, le=16)
+    separators: tuple[Separator, Separator] | None = None
+    max_whitespace_cnt: int | None = Field(default=None, ge=1, le=1024)
+    root_model: str | None = Field(default=None, max_length=200)
+
+    def effective(self) -> CompileOptions:
+        """The preset's options with the explicit ones applied."""
+        overrides = {
+            name: value
+            for name in ("any_whitespace", "strict_mode", "indent", "separators")
+            if (value := getattr(self, name)) is not None
+        }
+        if self.max_whitespace_cnt is not None:
+            overrides["max_whitespace_cnt"] = self.max_whitespace_cnt
+        return dataclasses.replace(PRESETS[self.preset], **overrides)
+
+    def echo(self) -> dict[str, Any]:
+        """The effective options as the API returns them."""
+        return {"preset": self.preset, **self.effective().to_dict(), "root_model": self.root_model}
+
+
+class GrammarIn(_Strict):
+    """A grammar request: what to compile and how."""
+
+    kind: Literal["json_schema", "pydantic", "ebnf", "regex"]
+    source: Text = Field(max_length=MAX_SOURCE_CHARS)
+    options: OptionsIn = Field(default_factory=OptionsIn)
+
+    def to_spec(self, settings: Settings) -> GrammarSpec:
+        """The engine's grammar spec, after the settings' size limit."""
+        size = len(self.source.encode("utf-8"))
+        if size > settings.source_max_bytes:
+            raise InvalidInput(
+                f"the source is {size} bytes; the limit is {settings.source_max_bytes}",
+                pointer="/grammar/source",
+            )
+        if self.kind == "pydantic":
+            raise InvalidInput(
+                "Pydantic sources are not supported yet: paste the JSON Schema instead",
+                pointer="/grammar/kind",
+            )
+        return GrammarSpec(GrammarKind(self.kind), self.source, self.options.effective())
+
+
+class MessageIn(_Strict):
+    """One chat message."""
+
+    role: Literal["system", "user", "assistant"]
+    content: Text = Field(max_length=MAX_MESSAGE_CHARS)
+
+
+class SamplingIn(_Strict):
+    """Greedy (temperature 0, the default) or temperature/top-p with a seed."""
+
+    temperature: float = Field(default=0.0, ge=0.0, le=10.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    seed: int | None = Field(
+        default=None, ge=0, le=2**63 - 1, description="null: a random seed, echoed back"
+    )
+
+
+class SessionIn(_Strict):
+    """A session request: grammar, prompt, sampling and limits."""
+
+    grammar: GrammarIn
+    messages: list[MessageIn] = Field(default_factory=list, max_length=64)
+    raw_prompt: Text | None = Field(default=None, max_length=MAX_MESSAGE_CHARS)
+    schema_in_prompt: bool = Field(
+        default=False, description="append the JSON Schema to the system message"
+    )
+    sampling: SamplingIn = Field(default_factory=SamplingIn)
+    max_tokens: int = Field(default=256, ge=1, le=4096)
+    top_k: int = Field(default=10, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _prompt_size(self) -> SessionIn:
+        size = sum(len(m.content.encode("utf-8")) for m in self.messages)
+        size += len((self.raw_prompt or "").encode("utf-8"))
+        if size > MAX_MESSAGE_CHARS:
+            raise ValueError(f"the prompt is {size} bytes in total; the limit is 32768")
+        return self
+
+    def chat_messages(self) -> list[ChatMessage]:
+        """The messages, with the schema appended to the system message when asked."""
+        from app.engine import with_schema
+
+        messages = [ChatMessage(m.role, m.content) for m in self.messages]
+        if self.schema_in_prompt and self.grammar.kind == "json_schema":
+            if messages and messages[0].role == "system":
+                messages[0] = ChatMessage(
+                    "system", with_schema(messages[0].content, self.grammar.source)
+                )
+            else:
+                messages.insert(0, ChatMessage("system", with_schema("", self.grammar.source)))
+        return messages
+
+
+class CountIn(_Strict):
+    """How many steps to take or undo."""
+
+    n: int = Field(default=1, ge=1, le=512)
+
+
+class ForceIn(_Strict):
+    """A token to force, at the next step or, going back first, at an earlier one."""
+
+    token_id: int = Field(ge=0, le=2**31 - 1)
+    at: int | None = Field(
+        default=None, ge=0, le=4096, description="step index to force at (default: the next)"
+    )
+
+
+class ReplayIn(_Strict):
+    """A text or token ids to walk through the grammar, no model involved."""
+
+    grammar: GrammarIn
+    text: Text | None = Field(default=None, max_length=MAX_SOURCE_CHARS)
+    token_ids: list[Annotated[int, Field(ge=0, le=2**31 - 1)]] | None = Field(
+        default=None, max_length=8192
+    )
+
+    @model_validator(mode="after")
+    def _one_input(self) -> ReplayIn:
+        if (self.text is None) == (self.token_ids is None):
+            raise ValueError("give either text or token_ids")
+        return self

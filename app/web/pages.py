@@ -1,0 +1,243 @@
+"""The playground page and the HTMX fragments it swaps in."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, Response
+from pydantic import ValidationError
+from starlette.datastructures import FormData
+
+from app.engine import PRESETS, CompileResult, ReplayToken, StepRecord
+from app.examples import load_examples
+from app.exceptions import GrammarError, InvalidInput
+from app.web import actions
+from app.web.deps import EngineDep, HandleDep, StateDep
+from app.web.models import GrammarIn, ReplayIn, SessionIn
+from app.web.sessions import SessionHandle
+from app.web.state import AppState
+
+__all__ = ["router"]
+
+router = APIRouter(include_in_schema=False)
+
+
+def _render(
+    state: AppState, request: Request, name: str, context: dict[str, Any], status: int = 200
+) -> HTMLResponse:
+    response: HTMLResponse = state.templates.TemplateResponse(
+        request, name, context, status_code=status
+    )
+    return response
+
+
+def _fragments(state: AppState, *parts: tuple[str, dict[str, Any]]) -> HTMLResponse:
+    html = "".join(state.templates.get_template(name).render(ctx) for name, ctx in parts)
+    return HTMLResponse(html)
+
+
+def _validated(model: type[Any], data: dict[str, Any]) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise RequestValidationError(error.errors()) from None
+
+
+def _number(form: FormData, name: str) -> str | None:
+    value = str(form.get(name) or "").strip()
+    return value or None
+
+
+def _grammar(form: FormData) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "preset": form.get("preset") or "maskscope",
+        "any_whitespace": form.get("any_whitespace") == "on",
+        "strict_mode": form.get("strict_mode") == "on",
+        "indent": _number(form, "indent"),
+        "max_whitespace_cnt": _number(form, "max_whitespace_cnt"),
+    }
+    item, key = str(form.get("sep_item") or ""), str(form.get("sep_key") or "")
+    if item or key:
+        options["separators"] = [item or ", ", key or ": "]
+    return {"kind": form.get("kind") or "json_schema", "source": form.get("source") or "",
+            "options": options}  # fmt: skip
+
+
+def _session_request(form: FormData) -> SessionIn:
+    body: dict[str, Any] = {
+        "grammar": _grammar(form),
+        "sampling": {
+            "temperature": _number(form, "temperature") or 0,
+            "top_p": _number(form, "top_p") or 1,
+            "seed": _number(form, "seed"),
+        },
+        "max_tokens": _number(form, "max_tokens") or 256,
+        "schema_in_prompt": form.get("schema_in_prompt") == "on",
+    }
+    if form.get("prompt_mode") == "raw":
+        body["raw_prompt"] = form.get("raw_prompt") or ""
+    else:
+        body["messages"] = [
+            {"role": role, "content": text}
+            for role in ("system", "user")
+            if (text := str(form.get(role) or "")) or role == "user"
+        ]
+    session: SessionIn = _validated(SessionIn, body)
+    return session
+
+
+@router.get("/", response_class=HTMLResponse)
+async def playground(request: Request, state: StateDep, example: str | None = None) -> HTMLResponse:
+    """The playground, optionally opened on an example (``?example=pricing``)."""
+    examples = load_examples()
+    initial = next((e for e in examples if e.id == example), None)
+    identity = state.engine.model.identity.to_dict() if state.engine else None
+    context = {
+        "examples": examples,
+        "initial": initial,
+        "identity": identity,
+        "presets": {name: options.to_dict() for name, options in PRESETS.items()},
+        "caps": {"max_tokens": state.settings.max_tokens_cap},
+    }
+    return _render(state, request, "pages/playground.html", context)
+
+
+@router.post("/ui/compile", response_class=HTMLResponse)
+async def compile_fragment(request: Request, state: StateDep, engine: EngineDep) -> HTMLResponse:
+    """The compile panel for the form's grammar; errors render in the panel, with a 200."""
+    grammar: GrammarIn = _validated(GrammarIn, _grammar(await request.form()))
+    context: dict[str, Any] = {"options": grammar.options.echo()}
+    try:
+        result: CompileResult = await actions.compile_grammar(state, engine, grammar)
+        context["result"] = result
+    except (GrammarError, InvalidInput) as error:
+        context["error"] = error.to_dict()
+    return _render(state, request, "partials/_compile.html", context)
+
+
+def _step_parts(
+    handle: SessionHandle, records: list[StepRecord]
+) -> list[tuple[str, dict[str, Any]]]:
+    """Chips for new steps, then the inspector (last step) and status out of band."""
+    parts: list[tuple[str, dict[str, Any]]] = [
+        ("partials/_chip.html", {"step": r, "with_bitmask": False}) for r in records
+    ]
+    steps = handle.session.steps
+    if steps:
+        parts.append(("partials/_inspector.html", {"step": steps[-1], "session_id": handle.id,
+                                                   "oob": True}))  # fmt: skip
+    state = actions.step_response(handle, [])
+    parts.append(("partials/_status.html", {"state": state, "handle": handle, "oob": True}))
+    return parts
+
+
+@router.post("/ui/sessions", response_class=HTMLResponse)
+async def new_session(request: Request, state: StateDep, engine: EngineDep) -> HTMLResponse:
+    """Open a session from the form: its output area, and the rendered prompt out of band."""
+    form = await request.form()
+    handle = await actions.create_session(state, engine, _session_request(form))
+    parts = [
+        ("partials/_session.html", {"handle": handle, "state": actions.step_response(handle, [])}),
+        ("partials/_prompt.html", {"prompt": handle.session.prompt, "oob": True}),
+    ]
+    return _fragments(state, *parts)
+
+
+@router.post("/ui/sessions/{session_id}/step", response_class=HTMLResponse)
+async def step_fragment(state: StateDep, handle: HandleDep) -> HTMLResponse:
+    """One step: its chip, with the inspector and status out of band."""
+    records = await actions.step(handle, 1)
+    return _fragments(state, *_step_parts(handle, records))
+
+
+def _deletions(first: int, last: int) -> str:
+    return "".join(f'<span id="tok-{i}" hx-swap-oob="delete"></span>' for i in range(first, last))
+
+
+@router.post("/ui/sessions/{session_id}/back", response_class=HTMLResponse)
+async def back_fragment(state: StateDep, handle: HandleDep) -> HTMLResponse:
+    """One step back: the last chip is removed."""
+    before = len(handle.session.steps)
+    await actions.back(handle, 1)
+    response = _fragments(state, *_step_parts(handle, []))
+    response.body = _deletions(len(handle.session.steps), before).encode() + response.body
+    response.headers["content-length"] = str(len(response.body))
+    return response
+
+
+@router.post("/ui/sessions/{session_id}/force", response_class=HTMLResponse)
+async def force_fragment(request: Request, state: StateDep, handle: HandleDep) -> HTMLResponse:
+    """Force a token at a step (going back to it first); 409 with the reason when blocked."""
+    form = await request.form()
+    try:
+        token_id = int(str(form.get("token_id")))
+        at = int(str(form.get("at"))) if form.get("at") not in (None, "") else None
+    except ValueError:
+        raise InvalidInput("token_id and at must be integers") from None
+    before = len(handle.session.steps)
+    record = await actions.force(handle, token_id, at)
+    response = _fragments(state, *_step_parts(handle, [record]))
+    response.body = _deletions(record.index, before).encode() + response.body
+    response.headers["content-length"] = str(len(response.body))
+    return response
+
+
+@router.post("/ui/sessions/{session_id}/run", response_class=HTMLResponse)
+async def run_fragment(state: StateDep, handle: HandleDep) -> HTMLResponse:
+    """The element that opens the run stream (the SSE extension connects it)."""
+    after = len(handle.session.steps) - 1
+    html = (
+        f'<div id="runner" sse-connect="/api/sessions/{handle.id}/events?after={after}" '
+        'sse-close="end" data-running="true">'
+        '<div sse-swap="step" hx-target="#tokens" hx-swap="beforeend"></div>'
+        '<div sse-swap="done,paused" hx-target="#status" hx-swap="outerHTML"></div></div>'
+    )
+    return HTMLResponse(html)
+
+
+@router.post("/ui/sessions/{session_id}/pause")
+async def pause_fragment(handle: HandleDep) -> Response:
+    """Ask the run to stop after the step in flight."""
+    handle.pause = handle.streaming
+    return Response(status_code=204)
+
+
+@router.get("/ui/sessions/{session_id}/steps/{index}", response_class=HTMLResponse)
+async def inspector_fragment(
+    request: Request, state: StateDep, handle: HandleDep, index: Annotated[int, Path(ge=0)]
+) -> HTMLResponse:
+    """The inspector for one step."""
+    steps = handle.session.steps
+    if index >= len(steps):
+        raise InvalidInput(f"step {index} does not exist (the session has {len(steps)} steps)")
+    context = {"step": steps[index], "session_id": handle.id}
+    return _render(state, request, "partials/_inspector.html", context)
+
+
+async def _replay(request: Request, state: AppState, engine: EngineDep) -> tuple[Any, str]:
+    form = await request.form()
+    text = str(form.get("text") or "")
+    body: ReplayIn = _validated(ReplayIn, {"grammar": _grammar(form), "text": text})
+    return await actions.replay(state, engine, body), text
+
+
+@router.post("/ui/replay", response_class=HTMLResponse)
+async def replay_fragment(request: Request, state: StateDep, engine: EngineDep) -> HTMLResponse:
+    """Replay the text against the form's grammar."""
+    result, text = await _replay(request, state, engine)
+    return _render(state, request, "partials/_replay.html", {"result": result, "text": text})
+
+
+@router.post("/ui/replay/{index}", response_class=HTMLResponse)
+async def replay_inspector(
+    request: Request, state: StateDep, engine: EngineDep, index: Annotated[int, Path(ge=0)]
+) -> HTMLResponse:
+    """The inspector for one replayed token (recomputed: replay is cheap and stateless)."""
+    result, _ = await _replay(request, state, engine)
+    if index >= len(result.tokens):
+        raise InvalidInput(f"token {index} does not exist (the replay has {len(result.tokens)})")
+    token: ReplayToken = result.tokens[index]
+    context = {"token": token, "index": index, "vocab_size": engine.model.tokens.vocab_size}
+    return _render(state, request, "partials/_inspector.html", context)

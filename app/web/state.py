@@ -1,0 +1,79 @@
+"""What one app holds: settings, the engine (once loaded), live sessions, templates."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from pathlib import Path
+
+from fastapi.templating import Jinja2Templates
+
+from app.engine import Engine
+from app.exceptions import NotReady
+from app.settings import Settings
+from app.web import render
+from app.web.sessions import SessionStore
+
+__all__ = ["AppState", "STATIC_DIR", "TEMPLATES_DIR"]
+
+log = logging.getLogger(__name__)
+ROOT = Path(__file__).resolve().parent.parent.parent
+STATIC_DIR = ROOT / "static"
+TEMPLATES_DIR = ROOT / "templates"
+_WAIT_FOR_MODEL_S = 120.0
+
+
+class AppState:
+    """Per-app state; the engine loads in a background thread so the server answers meanwhile.
+
+    Args:
+        settings: the app's settings.
+        engine: an engine already loaded (tests share one); None to load it at startup.
+    """
+
+    def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.owns_engine = engine is None
+        self.load_error: Exception | None = None
+        self._ready = threading.Event()
+        if engine is not None:
+            self._ready.set()
+        self.sessions = SessionStore(settings.max_sessions, settings.session_ttl_s)
+        self.templates = Jinja2Templates(directory=TEMPLATES_DIR)
+        render.install(self.templates.env)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the model is loaded."""
+        return self.engine is not None
+
+    def load(self) -> None:
+        """Load the engine (blocking); errors are kept and reported by ``/readyz``."""
+        try:
+            self.engine = Engine.load(self.settings)
+            log.info("model loaded: %s", self.engine.model.identity.model_id)
+        except Exception as error:  # reported on /readyz and by every engine route
+            log.exception("the model failed to load")
+            self.load_error = error
+        finally:
+            self._ready.set()
+
+    async def wait_engine(self) -> Engine:
+        """The engine, waiting for it to load if needed.
+
+        Raises:
+            NotReady: it failed to load, or is still loading after two minutes.
+        """
+        if self.engine is None and not self._ready.is_set():
+            await asyncio.to_thread(self._ready.wait, _WAIT_FOR_MODEL_S)
+        if self.engine is None:
+            reason = f": {self.load_error}" if self.load_error else " yet"
+            raise NotReady(f"the model is not loaded{reason}")
+        return self.engine
+
+    def close(self) -> None:
+        """Stop what this app started."""
+        if self.owns_engine and self.engine is not None:
+            self.engine.close()
