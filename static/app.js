@@ -117,6 +117,16 @@
   }
 
   // ---------- session controls ----------
+  // Actions queue up, so that quick key presses neither race nor open two sessions.
+  let chain = Promise.resolve();
+  let pending = 0;
+  function enqueue(action) {
+    if (pending >= 4) return chain;
+    pending++;
+    chain = chain.then(action).catch((error) => console.error(error)).finally(() => { pending--; });
+    return chain;
+  }
+
   async function ensureSession() {
     if (ui.sessionId && !ui.dirty) return ui.sessionId;
     await htmx.ajax("POST", "/ui/sessions", { source: "#config", target: "#session-area", swap: "innerHTML" });
@@ -388,9 +398,9 @@
       configChanged(event.target.classList.contains("compile-opt") || event.target.name === "kind");
     });
     $("#example").addEventListener("change", (event) => loadExample(event.target.value));
-    $("#btn-step").addEventListener("click", step);
-    $("#btn-back").addEventListener("click", back);
-    $("#btn-run").addEventListener("click", runOrPause);
+    $("#btn-step").addEventListener("click", () => enqueue(step));
+    $("#btn-back").addEventListener("click", () => enqueue(back));
+    $("#btn-run").addEventListener("click", () => enqueue(runOrPause));
     $("#btn-reset").addEventListener("click", reset);
     $$('input[name="mode"]').forEach((radio) => radio.addEventListener("change", () => {
       const replay = $('input[name="mode"]:checked').value === "replay";
@@ -411,9 +421,9 @@
     document.addEventListener("keydown", (event) => {
       const t = event.target;
       if (t.closest("input, textarea, select, [contenteditable='true'], .cm-editor")) return;
-      if (event.key === "ArrowRight") { event.preventDefault(); step(); }
-      else if (event.key === "ArrowLeft") { event.preventDefault(); back(); }
-      else if (event.key === " ") { event.preventDefault(); runOrPause(); }
+      if (event.key === "ArrowRight") { event.preventDefault(); enqueue(step); }
+      else if (event.key === "ArrowLeft") { event.preventDefault(); enqueue(back); }
+      else if (event.key === " ") { event.preventDefault(); enqueue(runOrPause); }
     });
     document.body.addEventListener("htmx:afterSettle", onSwap);
     document.body.addEventListener("htmx:oobAfterSwap", onSwap);

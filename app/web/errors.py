@@ -44,7 +44,7 @@ def error_response(request: Request, status: int, body: dict[str, Any]) -> Respo
     """JSON for the API; for the page's HTMX requests, a fragment retargeted to the toast."""
     if request.headers.get("HX-Request") == "true":
         templates = request.app.state.maskscope.templates
-        response = templates.TemplateResponse(
+        response: Response = templates.TemplateResponse(
             request, "partials/_error.html", {"error": body}, status_code=status
         )
         response.headers["HX-Retarget"] = "#toast"
@@ -65,10 +65,11 @@ async def _maskscope_error(request: Request, error: Exception) -> Response:
 
 async def _validation_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, RequestValidationError)
-    problems = list(error.errors())
-    first = problems[0] if problems else {"msg": "invalid request", "loc": ()}
+    problems: list[dict[str, Any]] = [dict(p) for p in error.errors()]
+    first: dict[str, Any] = problems[0] if problems else {"msg": "invalid request", "loc": ()}
     if first.get("type") == "json_invalid":
-        message = f"malformed JSON: {first.get('ctx', {}).get('error', first['msg'])}"
+        context = first.get("ctx") or {}
+        message = f"malformed JSON: {context.get('error', first['msg'])}"
         return error_response(request, 400, {"message": message, "code": "malformed"})
     pointer = _pointer(tuple(first.get("loc", ())))
     message = f"{pointer or '/'}: {first['msg']}"

@@ -1,0 +1,136 @@
+"""The page's speed in a real browser, against a live server on loopback.
+
+1. Step latency: click Step, time until the step's chip is in the page (measured in the page with
+   a MutationObserver), compared with the forward pass of that step (from its record).
+   Target: p50 <= p50(forward) + 30 ms.
+2. Run throughput: tokens per second arriving in the page over SSE during a Run, compared with the
+   stepper's own tokens per second for the same steps (steps / time inside ``step()``).
+   Target: >= 0.9x.
+
+Usage: ``.venv/bin/python bench/web_latency.py [--steps 30]`` (needs /usr/bin/chromium).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from playwright.sync_api import Page, sync_playwright
+
+ROOT = Path(__file__).resolve().parent.parent
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+WAIT_FOR_CHIP = """(index) => new Promise((resolve) => {
+    const area = document.querySelector('#session-area');
+    const start = performance.now();
+    const seen = () => document.querySelector('#tok-' + index);
+    const observer = new MutationObserver(() => {
+        if (seen()) { observer.disconnect(); resolve(performance.now() - start); }
+    });
+    observer.observe(area, {childList: true, subtree: true});
+    document.querySelector('#btn-step').click();
+})"""
+RUN_ARRIVALS = """() => new Promise((resolve) => {
+    const times = [];
+    const observer = new MutationObserver((mutations) => {
+        for (const m of mutations) for (const n of m.addedNodes)
+            if (n.classList && n.classList.contains('chip')) times.push(performance.now());
+    });
+    observer.observe(document.querySelector('#session-area'), {childList: true, subtree: true});
+    const status = () => document.querySelector('#status');
+    const poll = setInterval(() => {
+        const running = document.body.classList.contains('running');
+        if (status() && status().dataset.done === 'true' && !running) {
+            clearInterval(poll); observer.disconnect(); resolve(times);
+        }
+    }, 20);
+    document.querySelector('#btn-run').click();
+})"""
+
+
+def _port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _get(url: str) -> dict[str, object]:
+    with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 (loopback)
+        data: dict[str, object] = json.loads(response.read())
+        return data
+
+
+def _session_steps(base: str, page: Page) -> list[dict[str, float]]:
+    session_id = page.locator("#session").get_attribute("data-session-id")
+    steps = _get(f"{base}/api/sessions/{session_id}")["steps"]
+    assert isinstance(steps, list)
+    return steps
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30)
+    args = parser.parse_args()
+    port = _port()
+    base = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", str(port)], cwd=ROOT,
+        env={**os.environ, "MASKSCOPE_COMPILE_WORKERS": "1"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                _get(f"{base}/readyz")
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the server did not become ready"
+                time.sleep(0.5)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(f"{base}/?example=pricing")
+            page.wait_for_selector("#compile-result .stats")
+            page.fill('input[name="max_tokens"]', "400")
+            latencies = [page.evaluate(WAIT_FOR_CHIP, i) for i in range(args.steps)]
+            steps = _session_steps(base, page)
+            # Step 0 also opened the session and prefilled the prompt: leave it out.
+            click = statistics.median(latencies[1:])
+            forward = statistics.median(s["forward_ms"] for s in steps[1 : args.steps])
+
+            page.click("#btn-reset")
+            arrivals = page.evaluate(RUN_ARRIVALS)
+            steps = _session_steps(base, page)
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    n = len(arrivals)
+    page_rate = (n - 1) / ((arrivals[-1] - arrivals[0]) / 1000)
+    stepper_rate = (len(steps) - 1) / (sum(s["total_ms"] for s in steps[1:]) / 1000)
+    print(
+        f"step clicks measured: {len(latencies) - 1} (the first, which opens the session, left out)"
+    )
+    print(f"click -> chip in page: p50 {click:.1f} ms, p95 "
+          f"{statistics.quantiles(latencies[1:], n=20)[-1]:.1f} ms")  # fmt: skip
+    print(f"forward pass of those steps: p50 {forward:.1f} ms")
+    print(f"overhead over the forward pass: {click - forward:.1f} ms  (target <= 30 ms)")
+    print(f"run over SSE: {n} tokens, {page_rate:.1f} tokens/s arriving in the page")
+    print(f"stepper's own rate for those steps: {stepper_rate:.1f} tokens/s")
+    print(f"ratio page / stepper: {page_rate / stepper_rate:.3f}  (target >= 0.9)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""The playground in a real browser: pick, compile, run, inspect, back, force, replay."""
+
+from __future__ import annotations
+
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import ARTIFACTS
+
+
+def _lit_cells(page: Page) -> int:
+    """Cells drawn as allowed: teal, or yellow (an allowed top-k token), or the chosen token."""
+    count: int = page.evaluate(
+        """() => {
+            const canvas = document.querySelector('#mask-canvas');
+            const ctx = canvas.getContext('2d');
+            const data = ctx.getImageData(0, 0, canvas.width, canvas.height).data;
+            const lit = new Set(['20,184,166', '234,179,8', '30,27,75']);
+            let n = 0;
+            for (let i = 0; i < data.length; i += 4) {
+                if (lit.has(`${data[i]},${data[i + 1]},${data[i + 2]}`)) n++;
+            }
+            return n;
+        }"""
+    )
+    return count
+
+
+def test_the_playground_end_to_end(page: Page, live_server: str) -> None:
+    page.goto(live_server)
+    page.select_option("#example", "pricing")
+    expect(page.locator("#compile-result .stats")).to_contain_text("compiled")
+    expect(page.locator("#compile-result .grammar-text")).to_contain_text("root ::=")
+
+    page.fill('input[name="max_tokens"]', "10")
+    page.click("#btn-run")
+    expect(page.locator("#status")).to_have_attribute("data-done", "true", timeout=60_000)
+    expect(page.locator("#tokens .chip")).to_have_count(10)
+    expect(page.locator("#status")).to_contain_text("stopped: max_tokens")
+    expect(page.locator("#prompt-rendered")).to_contain_text("tokens")
+
+    page.click("#tok-0")
+    expect(page.locator("#inspector")).to_have_attribute("data-index", "0")
+    expect(page.locator("#inspector .topk tbody tr")).to_have_count(10)
+    assert page.locator("#inspector .topk tr.blocked").count() >= 1
+    page.wait_for_function("() => document.querySelector('#mask-canvas').width === 256")
+    allowed = int(page.locator("#inspector .mask-legend b").first.inner_text().replace(",", ""))
+    assert _lit_cells(page) == allowed  # the picture is the mask: one lit cell per allowed token
+    page.fill("#token-search", "{")
+    expect(page.locator("#search-results li").first).to_contain_text("allowed")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "playground.png"))
+
+    page.click("#btn-back")
+    expect(page.locator("#tokens .chip")).to_have_count(9)
+    expect(page.locator("#status")).to_contain_text("9 / 10 steps")
+
+    page.click("#tok-8")
+    expect(page.locator("#inspector")).to_have_attribute("data-index", "8")
+    page.locator("#inspector .topk tr.allowed button.force").last.click()
+    expect(page.locator("#tok-8.forced")).to_have_count(1)
+    expect(page.locator("#tokens .chip")).to_have_count(9)
+
+    page.click("#tok-0")
+    expect(page.locator("#inspector")).to_have_attribute("data-index", "0")
+    page.locator("#inspector .topk tr.blocked button.force").first.click()
+    expect(page.locator("#toast")).to_contain_text("the grammar blocks token")
+    expect(page.locator("#tokens .chip")).to_have_count(9)
+
+    page.click("text=Replay")
+    page.fill("#replay-text", '{"churn_analysis": 42}')
+    page.click("#btn-replay")
+    expect(page.locator("#replay-result")).to_contain_text("Refused at offset 19")
+    expect(page.locator("#replay-result mark")).to_have_text("4")
+    page.screenshot(path=str(ARTIFACTS / "replay.png"))
+
+
+def test_keyboard_steps_and_goes_back(page: Page, live_server: str) -> None:
+    page.goto(f"{live_server}/?example=nested")
+    expect(page.locator("#compile-result .stats")).to_contain_text("compiled")
+    page.locator("header.topbar").click()
+    for _ in range(3):
+        page.keyboard.press("ArrowRight")
+        page.wait_for_timeout(50)
+    expect(page.locator("#tokens .chip")).to_have_count(3)
+    page.keyboard.press("ArrowLeft")
+    expect(page.locator("#tokens .chip")).to_have_count(2)
+    page.keyboard.press(" ")
+    expect(page.locator("#status")).to_have_attribute("data-done", "true", timeout=60_000)
+    expect(page.locator("#status")).to_contain_text("stopped: terminated")
+    expect(page.locator("#status .badge.ok")).to_have_text("valid")

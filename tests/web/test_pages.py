@@ -1,0 +1,118 @@
+"""The page and its HTMX fragments, rendered in-process; exact asserts on the HTML."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from tests.web.conftest import NESTED_SOURCE
+
+HX = {"HX-Request": "true"}
+
+
+def _form(**overrides: str) -> dict[str, str]:
+    form = {
+        "kind": "json_schema", "source": NESTED_SOURCE, "preset": "maskscope", "strict_mode": "on",
+        "prompt_mode": "chat", "system": "Reply with JSON only.", "schema_in_prompt": "on",
+        "user": "Create user 42, Ada Lovelace, dark theme.", "temperature": "0", "top_p": "1",
+        "seed": "", "max_tokens": "60",
+    }  # fmt: skip
+    form.update(overrides)
+    return form
+
+
+def _session(client: TestClient, **overrides: str) -> str:
+    html = client.post("/ui/sessions", data=_form(**overrides), headers=HX).text
+    match = re.search(r'data-session-id="([^"]+)"', html)
+    assert match, html
+    return match.group(1)
+
+
+def test_the_page_loads_everything_locally(client: TestClient) -> None:
+    html = client.get("/").text
+    assert "<title>Playground · Maskscope</title>" in html
+    scripts = re.findall(r'<script src="([^"]+)"', html)
+    assert scripts == ["/static/vendor/htmx.min.js", "/static/vendor/htmx-ext-sse.min.js",
+                       "/static/vendor/codemirror.min.js", "/static/app.js"]  # fmt: skip
+    for url in re.findall(r'(?:src|href)="([^"]+)"', html):
+        assert url.startswith(("/", "data:", "#")), url  # nothing from a CDN
+    for path in scripts + ["/static/app.css"]:
+        assert client.get(path).status_code == 200
+    assert '<option value="pricing"' in html
+    assert "weights <code>" in html
+
+
+def test_an_example_opens_prefilled(client: TestClient) -> None:
+    html = client.get("/?example=nested").text
+    assert '<option value="nested" selected' in html
+    assert "&#34;user&#34;" in html or "&quot;user&quot;" in html  # the schema, escaped
+    assert "Ada Lovelace" in html
+
+
+def test_compile_fragment_shows_warnings_and_errors(client: TestClient) -> None:
+    source = '{"type": "object", "properties": {"x": {"type": "number", "multipleOf": 2}}}'
+    html = client.post("/ui/compile", data=_form(source=source), headers=HX).text
+    assert '<span class="badge ok">compiled</span>' in html
+    assert "multipleOf is not supported for type:number; ignoring multipleOf" in html
+    broken = client.post("/ui/compile", data=_form(source='{"type":\n "x"'), headers=HX).text
+    assert 'data-error-line="2"' in broken and "does not compile" in broken
+
+
+def test_step_back_and_inspect_fragments(client: TestClient) -> None:
+    sid = _session(client)
+    first = client.post(f"/ui/sessions/{sid}/step", headers=HX).text
+    assert first.lstrip().startswith('<span class="chip')
+    assert 'id="tok-0"' in first and 'hx-swap-oob="true"' in first
+    assert 'id="inspector"' in first and 'id="status"' in first
+    client.post(f"/ui/sessions/{sid}/step", headers=HX)
+    back = client.post(f"/ui/sessions/{sid}/back", headers=HX).text
+    assert back.startswith('<span id="tok-1" hx-swap-oob="delete"></span>')
+    inspector = client.get(f"/ui/sessions/{sid}/steps/0", headers=HX).text
+    assert 'data-index="0"' in inspector and '<table class="topk"' in inspector
+    assert re.search(r'data-bitmask="[A-Za-z0-9+/=]{8000,}"', inspector)
+    missing = client.get(f"/ui/sessions/{sid}/steps/9", headers=HX)
+    assert missing.status_code == 422 and missing.headers["HX-Retarget"] == "#toast"
+
+
+def test_forcing_a_blocked_token_shows_the_reason(client: TestClient) -> None:
+    sid = _session(client)
+    client.post(f"/ui/sessions/{sid}/step", headers=HX)
+    hello = client.app.state.maskscope.engine.model.tokens.encode("hello")[0]  # type: ignore[attr-defined]
+    refused = client.post(
+        f"/ui/sessions/{sid}/force", data={"token_id": hello, "at": 0}, headers=HX
+    )
+    assert refused.status_code == 409
+    assert refused.headers["HX-Retarget"] == "#toast"
+    assert "the grammar blocks token" in refused.text
+
+
+def test_the_run_element_connects_the_stream(client: TestClient) -> None:
+    sid = _session(client)
+    html = client.post(f"/ui/sessions/{sid}/run", headers=HX).text
+    assert f'sse-connect="/api/sessions/{sid}/events?after=-1"' in html
+    assert 'sse-swap="step"' in html and 'sse-close="end"' in html
+
+
+def test_replay_fragment(client: TestClient) -> None:
+    text = '{"user": {"id": 0}}'
+    html = client.post("/ui/replay", data={**_form(), "text": text}, headers=HX).text
+    assert "Refused at offset <b>16</b>" in html
+    inspector = client.post("/ui/replay/0", data={**_form(), "text": text}, headers=HX).text
+    assert "Replayed token <b>#0</b>" in inspector and "accepted" in inspector
+
+
+def test_untrusted_text_is_escaped(client: TestClient) -> None:
+    payload = "</textarea><script>alert(1)</script>"
+    form: dict[str, Any] = {**_form(kind="regex", source="[<>/a-z()0-9]+"), "text": payload}
+    html = client.post("/ui/replay", data=form, headers=HX).text
+    assert "<script" not in html and "</textarea>" not in html
+    assert re.search(r'class="chip ok"[^>]*>&lt;[^<]*</span>', html)  # the "<" token, escaped
+    broken = client.post("/ui/compile", data=_form(kind="regex", source=payload + "("), headers=HX)
+    assert "<script" not in broken.text and "does not compile" in broken.text
+
+
+def test_not_found_page(client: TestClient) -> None:
+    response = client.get("/nothing-here")
+    assert response.status_code == 404
