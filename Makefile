@@ -30,6 +30,7 @@ lint: install
 bench: install browser
 	$(PY) bench/step_overhead.py
 	$(PY) bench/web_latency.py
+	$(PY) bench/pydantic_compile.py
 
 # The browser tests drive Debian's chromium (Playwright's own browser download is not used).
 browser:

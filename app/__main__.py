@@ -53,6 +53,7 @@ def _grammar_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--any-whitespace", action="store_true", help="allow any whitespace in JSON (slower)"
     )
+    parser.add_argument("--root-model", help="Pydantic: the model to use (default: the last)")
 
 
 def _spec(args: argparse.Namespace) -> GrammarSpec:
@@ -61,12 +62,14 @@ def _spec(args: argparse.Namespace) -> GrammarSpec:
     kind = args.kind or _KIND_BY_SUFFIX.get(args.schema.suffix)
     if kind is None:
         raise SystemExit(f"cannot tell the kind of {args.schema} from its extension: use --kind")
-    if kind == "pydantic":
-        raise SystemExit("Pydantic sources are not supported yet: give the JSON Schema")
     source = args.schema.read_text(encoding="utf-8")
-    return GrammarSpec(
-        GrammarKind(kind), source, CompileOptions(any_whitespace=args.any_whitespace)
-    )
+    options = CompileOptions(any_whitespace=args.any_whitespace)
+    if kind == "pydantic":
+        from app.sandbox.sandbox import Sandbox
+
+        derived = Sandbox().schema(source, args.root_model)
+        return GrammarSpec(GrammarKind.JSON_SCHEMA, json.dumps(derived.schema, indent=2), options)
+    return GrammarSpec(GrammarKind(kind), source, options)
 
 
 def _quiet_libraries() -> None:
@@ -112,6 +115,15 @@ def _trace(args: argparse.Namespace) -> int:
             record = session.step()
             print(json.dumps(record.to_dict()) if args.json else _step_line(record), flush=True)
         validation = session.validation()
+        if (
+            validation is not None
+            and args.schema.suffix == ".py"
+            and args.kind in (None, "pydantic")
+        ):
+            from app.sandbox.sandbox import Sandbox
+
+            source = args.schema.read_text(encoding="utf-8")
+            validation = Sandbox().validate(source, args.root_model, session.text)
     finally:
         engine.close()
     reason = session.stop_reason.value if session.stop_reason else None

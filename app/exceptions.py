@@ -121,7 +121,28 @@ class NotReady(MaskscopeError):
     code = "not_ready"
 
 
+class SourceRefused(GrammarError):
+    """A Pydantic source uses a construct the sandbox does not allow."""
+
+    code = "source_refused"
+
+
+class PydanticFailed(GrammarError):
+    """The Pydantic source passed the check but pydantic (in the sandbox) raised, or the sandbox
+    ended it (time, memory, output size)."""
+
+    code = "pydantic_error"
+
+
 _BY_CODE: dict[str, type[MaskscopeError]] = {
     c.code: c
-    for c in (GrammarError, GrammarTooComplex, InvalidInput, TokenRefused, SessionFinished)
+    for c in (
+        GrammarError,
+        GrammarTooComplex,
+        InvalidInput,
+        TokenRefused,
+        SessionFinished,
+        SourceRefused,
+        PydanticFailed,
+    )
 }

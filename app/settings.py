@@ -37,6 +37,10 @@ class Settings(BaseSettings):
         max_body_bytes: the largest request body accepted (413 beyond).
         max_sessions: live sessions kept at once; the least recently used idle one is evicted.
         session_ttl_s: a session unused for this long expires.
+        sandbox_workers: Pydantic sandbox processes running at once.
+        sandbox_cpu_s: CPU seconds a sandbox process may use.
+        sandbox_memory_mb: memory a sandbox process may map.
+        sandbox_timeout_s: wall-clock limit of a sandbox process.
         host: address ``python -m app serve`` binds by default.
         port: port ``python -m app serve`` binds by default.
     """
@@ -57,5 +61,9 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_sessions: int = Field(default=32, ge=1)
     session_ttl_s: float = Field(default=1800.0, gt=0)
+    sandbox_workers: int = Field(default=4, ge=1, le=64)
+    sandbox_cpu_s: int = Field(default=5, ge=1, le=60)
+    sandbox_memory_mb: int = Field(default=1024, ge=256)
+    sandbox_timeout_s: float = Field(default=15.0, gt=0)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)

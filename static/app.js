@@ -5,6 +5,7 @@
   const $ = (sel, root = document) => root.querySelector(sel);
   const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
   const SAMPLES = {
+    pydantic: 'from typing import Literal\n\nfrom pydantic import BaseModel, Field\n\n\nclass Answer(BaseModel):\n    verdict: Literal["yes", "no"]\n    reason: str = Field(..., max_length=80)\n',
     ebnf: 'root ::= answer " because " reason\nanswer ::= "yes" | "no"\nreason ::= [a-z ]{1,40} "."\n',
     regex: "[A-Z]{4}[0-9]{2}",
   };
@@ -18,6 +19,7 @@
   // ---------- editor ----------
   function languageFor(kind) {
     if (kind === "json_schema") return CM.json();
+    if (kind === "pydantic") return CM.python();
     if (kind === "ebnf") return CM.StreamLanguage.define(CM.ebnf);
     return [];
   }
@@ -50,6 +52,7 @@
     ui.sources[ui.kind] = ui.editor.state.doc.toString();
     ui.kind = kind;
     $$('input[name="kind"]').forEach((r) => { r.checked = r.value === kind; });
+    document.body.classList.toggle("kind-pydantic", kind === "pydantic");
     ui.editor.dispatch({ effects: lang.reconfigure(languageFor(kind)) });
     setSource(ui.sources[kind] ?? SAMPLES[kind] ?? "");
   }
@@ -99,8 +102,9 @@
     if (!response.ok) return;
     const example = await response.json();
     const form = $("#config");
-    ui.sources.json_schema = example.sources.json_schema;
-    if (ui.kind !== "json_schema") setKind("json_schema"); else setSource(example.sources.json_schema);
+    Object.assign(ui.sources, example.sources);
+    const kind = ui.kind === "pydantic" ? "pydantic" : "json_schema";
+    if (ui.kind !== kind) setKind(kind); else setSource(example.sources[kind]);
     form.system.value = example.system;
     form.user.value = example.prompt;
     form.max_tokens.value = example.max_tokens;

@@ -9,39 +9,17 @@ one position per step and going back is a list truncation.
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable
 from dataclasses import dataclass
+
+from app.paths import format_path
 
 __all__ = ["JsonPosition", "advance", "format_path"]
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _QUOTE, _BACKSLASH = 0x22, 0x5C
 _OPEN_OBJECT, _CLOSE_OBJECT, _OPEN_ARRAY, _CLOSE_ARRAY, _COMMA = 0x7B, 0x7D, 0x5B, 0x5D, 0x2C
 
 # A frame is ("{", key or None, awaiting_key) for an object, ("[", index, False) for an array.
 Frame = tuple[str, "str | int | None", bool]
-
-
-def format_path(parts: Iterable[str | int]) -> str:
-    """Format path parts as a JSONPath, e.g. ``$.factors[1].severity`` or ``$['a b']``.
-
-    Args:
-        parts: object keys (str) and array indices (int), outermost first.
-
-    Returns:
-        The path, ``$`` for the document root.
-    """
-    out = ["$"]
-    for part in parts:
-        if isinstance(part, int):
-            out.append(f"[{part}]")
-        elif _IDENTIFIER.match(part):
-            out.append(f".{part}")
-        else:
-            escaped = part.replace("\\", "\\\\").replace("'", "\\'")
-            out.append(f"['{escaped}']")
-    return "".join(out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,38 +3,74 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from dataclasses import dataclass
 from typing import Any
 
-from app.engine import CompileResult, Engine, ReplayResult, SamplingParams, StepRecord
+from app.engine import (
+    CompileResult,
+    Engine,
+    GrammarSpec,
+    ReplayResult,
+    SamplingParams,
+    StepRecord,
+    Validation,
+)
 from app.exceptions import RunInProgress
+from app.sandbox.sandbox import PydanticSchema
 from app.web.models import GrammarIn, ReplayIn, SessionIn
 from app.web.sessions import SessionHandle
 from app.web.state import AppState
 
 __all__ = [
+    "Resolved",
     "back",
     "compile_answer",
     "compile_grammar",
     "create_session",
     "force",
     "replay",
+    "resolve",
     "session_answer",
     "step",
     "step_response",
 ]
 
 
-async def compile_grammar(state: AppState, engine: Engine, grammar: GrammarIn) -> CompileResult:
+@dataclass(frozen=True)
+class Resolved:
+    """A grammar request made ready for the engine; Pydantic sources through the sandbox."""
+
+    spec: GrammarSpec
+    pydantic: PydanticSchema | None = None
+
+
+async def resolve(state: AppState, grammar: GrammarIn) -> Resolved:
+    """The engine's spec for a grammar request (a Pydantic source becomes its JSON Schema)."""
+    grammar.check_size(state.settings)
+    if grammar.kind != "pydantic":
+        return Resolved(grammar.to_spec())
+    derived = await asyncio.to_thread(
+        state.sandbox.schema, grammar.source, grammar.options.root_model
+    )
+    return Resolved(grammar.to_spec(json.dumps(derived.schema, indent=2)), derived)
+
+
+async def compile_grammar(
+    state: AppState, engine: Engine, grammar: GrammarIn
+) -> tuple[CompileResult, Resolved]:
     """Compile off the event loop (the compile itself runs in a worker process)."""
-    return await asyncio.to_thread(engine.compile, grammar.to_spec(state.settings))
+    resolved = await resolve(state, grammar)
+    return await asyncio.to_thread(engine.compile, resolved.spec), resolved
 
 
-def compile_answer(result: CompileResult, grammar: GrammarIn) -> dict[str, Any]:
+def compile_answer(result: CompileResult, grammar: GrammarIn, resolved: Resolved) -> dict[str, Any]:
     """The ``/api/compile`` answer."""
+    derived = resolved.pydantic
     return {
         "grammar": result.grammar_text,
-        "json_schema": None,
-        "models": None,
+        "json_schema": derived.schema if derived else None,
+        "models": list(derived.models) if derived else None,
         "warnings": list(result.warnings),
         "stats": {
             "compile_ms": result.compile_ms,
@@ -47,14 +83,14 @@ def compile_answer(result: CompileResult, grammar: GrammarIn) -> dict[str, Any]:
 
 async def create_session(state: AppState, engine: Engine, body: SessionIn) -> SessionHandle:
     """Compile, render the prompt and register a new session."""
-    spec = body.grammar.to_spec(state.settings)
+    resolved = await resolve(state, body.grammar)
     sampling = SamplingParams.create(
         body.sampling.temperature, body.sampling.top_p, body.sampling.seed
     )
     session = await asyncio.to_thread(
         engine.new_session,
-        spec,
-        messages=body.chat_messages(),
+        resolved.spec,
+        messages=body.chat_messages(resolved.spec),
         raw_prompt=body.raw_prompt,
         sampling=sampling,
         max_tokens=body.max_tokens,
@@ -62,7 +98,10 @@ async def create_session(state: AppState, engine: Engine, body: SessionIn) -> Se
     )
     request = body.model_dump(mode="json")
     request["sampling"]["seed"] = sampling.seed
-    return state.sessions.add(session, request)
+    pydantic = None
+    if resolved.pydantic is not None:
+        pydantic = (body.grammar.source, body.grammar.options.root_model)
+    return state.sessions.add(session, request, pydantic)
 
 
 def session_answer(handle: SessionHandle) -> dict[str, Any]:
@@ -80,16 +119,34 @@ def session_answer(handle: SessionHandle) -> dict[str, Any]:
     }
 
 
-def step_response(handle: SessionHandle, steps: list[StepRecord]) -> dict[str, Any]:
+async def validation(state: AppState, handle: SessionHandle) -> Validation | None:
+    """The verdict on a stopped session's output: the Pydantic model itself for Pydantic
+    sources (in the sandbox, once per text), the engine's jsonschema check otherwise."""
+    session = handle.session
+    if not session.done:
+        return None
+    if handle.pydantic is None:
+        return session.validation()
+    text = session.text
+    if handle.validated is None or handle.validated[0] != text:
+        source, root = handle.pydantic
+        verdict = await asyncio.to_thread(state.sandbox.validate, source, root, text)
+        handle.validated = (text, verdict)
+    return handle.validated[1]
+
+
+async def step_response(
+    state: AppState, handle: SessionHandle, steps: list[StepRecord]
+) -> dict[str, Any]:
     """The step response every session action answers with."""
     session = handle.session
-    validation = session.validation()
+    verdict = await validation(state, handle)
     return {
         "steps": [r.to_dict() for r in steps],
         "done": session.done,
         "stop_reason": session.stop_reason.value if session.stop_reason else None,
         "text": session.text,
-        "validation": validation.to_dict() if validation else None,
+        "validation": verdict.to_dict() if verdict else None,
     }
 
 
@@ -129,5 +186,7 @@ async def force(handle: SessionHandle, token_id: int, at: int | None) -> StepRec
 
 async def replay(state: AppState, engine: Engine, body: ReplayIn) -> ReplayResult:
     """Walk the text or token ids through the grammar."""
-    spec = body.grammar.to_spec(state.settings)
-    return await asyncio.to_thread(engine.replay, spec, text=body.text, token_ids=body.token_ids)
+    resolved = await resolve(state, body.grammar)
+    return await asyncio.to_thread(
+        engine.replay, resolved.spec, text=body.text, token_ids=body.token_ids
+    )

@@ -41,8 +41,8 @@ async def readyz(state: StateDep) -> JSONResponse:
 @router.post("/api/compile", tags=["grammar"])
 async def compile_grammar(body: GrammarIn, state: StateDep, engine: EngineDep) -> dict[str, Any]:
     """Compile a grammar request: the grammar text, xgrammar's warnings, compile stats."""
-    result = await actions.compile_grammar(state, engine, body)
-    return actions.compile_answer(result, body)
+    result, resolved = await actions.compile_grammar(state, engine, body)
+    return actions.compile_answer(result, body, resolved)
 
 
 @router.post("/api/sessions", tags=["sessions"])
@@ -53,37 +53,37 @@ async def create_session(body: SessionIn, state: StateDep, engine: EngineDep) ->
 
 
 @router.get("/api/sessions/{session_id}", tags=["sessions"])
-async def get_session(handle: HandleDep) -> dict[str, Any]:
+async def get_session(handle: HandleDep, state: StateDep) -> dict[str, Any]:
     """All steps so far."""
-    return actions.step_response(handle, list(handle.session.steps))
+    return await actions.step_response(state, handle, list(handle.session.steps))
 
 
 @router.post("/api/sessions/{session_id}/step", tags=["sessions"])
-async def step(handle: HandleDep, body: CountIn | None = None) -> dict[str, Any]:
+async def step(handle: HandleDep, state: StateDep, body: CountIn | None = None) -> dict[str, Any]:
     """Take ``n`` steps (409 if the session has stopped)."""
     steps = await actions.step(handle, (body or CountIn()).n)
-    return actions.step_response(handle, steps)
+    return await actions.step_response(state, handle, steps)
 
 
 @router.post("/api/sessions/{session_id}/back", tags=["sessions"])
-async def back(handle: HandleDep, body: CountIn | None = None) -> dict[str, Any]:
+async def back(handle: HandleDep, state: StateDep, body: CountIn | None = None) -> dict[str, Any]:
     """Undo ``n`` steps."""
     await actions.back(handle, (body or CountIn()).n)
-    return actions.step_response(handle, [])
+    return await actions.step_response(state, handle, [])
 
 
 @router.post("/api/sessions/{session_id}/force", tags=["sessions"])
-async def force(handle: HandleDep, body: ForceIn) -> dict[str, Any]:
+async def force(handle: HandleDep, state: StateDep, body: ForceIn) -> dict[str, Any]:
     """Force a token (409 with the reason when the mask blocks it; nothing changes then)."""
     record = await actions.force(handle, body.token_id, body.at)
-    return actions.step_response(handle, [record])
+    return await actions.step_response(state, handle, [record])
 
 
 @router.post("/api/sessions/{session_id}/pause", tags=["sessions"])
-async def pause(handle: HandleDep) -> dict[str, Any]:
+async def pause(handle: HandleDep, state: StateDep) -> dict[str, Any]:
     """Stop a streaming run after the step in flight (which is still sent)."""
     handle.pause = handle.streaming
-    return actions.step_response(handle, [])
+    return await actions.step_response(state, handle, [])
 
 
 @router.get("/api/sessions/{session_id}/events", tags=["sessions"])
@@ -107,7 +107,7 @@ async def events(
     def render(name: str, context: dict[str, Any]) -> str:
         return state.templates.get_template(name).render(context)
 
-    stream = run_events(request, handle, after=after, fmt=fmt, render=render)
+    stream = run_events(request, state, handle, after=after, fmt=fmt, render=render)
     return EventSourceResponse(stream, ping=15)
 
 
@@ -134,7 +134,7 @@ async def example(example_id: Annotated[str, Path(max_length=64)]) -> dict[str, 
         "id": found.id,
         "title": found.title,
         "description": found.description,
-        "sources": {"json_schema": found.source(".json")},
+        "sources": {"json_schema": found.source(".json"), "pydantic": found.source(".py")},
         "system": found.system,
         "prompt": found.prompt,
         "max_tokens": found.max_tokens,

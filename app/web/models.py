@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from app.engine import PRESETS, ChatMessage, CompileOptions, GrammarKind, GrammarSpec
+from app.engine import PRESETS, ChatMessage, CompileOptions, GrammarKind, GrammarSpec, with_schema
 from app.exceptions import InvalidInput
 from app.settings import Settings
 
@@ -80,19 +80,20 @@ class GrammarIn(_Strict):
     source: Text = Field(max_length=MAX_SOURCE_CHARS)
     options: OptionsIn = Field(default_factory=OptionsIn)
 
-    def to_spec(self, settings: Settings) -> GrammarSpec:
-        """The engine's grammar spec, after the settings' size limit."""
+    def check_size(self, settings: Settings) -> None:
+        """Refuse a source above the settings' size limit."""
         size = len(self.source.encode("utf-8"))
         if size > settings.source_max_bytes:
             raise InvalidInput(
                 f"the source is {size} bytes; the limit is {settings.source_max_bytes}",
                 pointer="/grammar/source",
             )
+
+    def to_spec(self, json_schema: str | None = None) -> GrammarSpec:
+        """The engine's grammar spec; a Pydantic source compiles as its derived ``json_schema``."""
         if self.kind == "pydantic":
-            raise InvalidInput(
-                "Pydantic sources are not supported yet: paste the JSON Schema instead",
-                pointer="/grammar/kind",
-            )
+            assert json_schema is not None
+            return GrammarSpec(GrammarKind.JSON_SCHEMA, json_schema, self.options.effective())
         return GrammarSpec(GrammarKind(self.kind), self.source, self.options.effective())
 
 
@@ -134,18 +135,14 @@ class SessionIn(_Strict):
             raise ValueError(f"the prompt is {size} bytes in total; the limit is 32768")
         return self
 
-    def chat_messages(self) -> list[ChatMessage]:
-        """The messages, with the schema appended to the system message when asked."""
-        from app.engine import with_schema
-
+    def chat_messages(self, spec: GrammarSpec) -> list[ChatMessage]:
+        """The messages, with the JSON Schema appended to the system message when asked."""
         messages = [ChatMessage(m.role, m.content) for m in self.messages]
-        if self.schema_in_prompt and self.grammar.kind == "json_schema":
+        if self.schema_in_prompt and spec.is_json:
             if messages and messages[0].role == "system":
-                messages[0] = ChatMessage(
-                    "system", with_schema(messages[0].content, self.grammar.source)
-                )
+                messages[0] = ChatMessage("system", with_schema(messages[0].content, spec.source))
             else:
-                messages.insert(0, ChatMessage("system", with_schema("", self.grammar.source)))
+                messages.insert(0, ChatMessage("system", with_schema("", spec.source)))
         return messages
 
 

@@ -10,7 +10,7 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 from starlette.datastructures import FormData
 
-from app.engine import PRESETS, CompileResult, ReplayToken, StepRecord
+from app.engine import PRESETS, ReplayToken, StepRecord
 from app.examples import load_examples
 from app.exceptions import GrammarError, InvalidInput
 from app.web import actions
@@ -57,6 +57,7 @@ def _grammar(form: FormData) -> dict[str, Any]:
         "strict_mode": form.get("strict_mode") == "on",
         "indent": _number(form, "indent"),
         "max_whitespace_cnt": _number(form, "max_whitespace_cnt"),
+        "root_model": _number(form, "root_model"),
     }
     item, key = str(form.get("sep_item") or ""), str(form.get("sep_key") or "")
     if item or key:
@@ -110,15 +111,16 @@ async def compile_fragment(request: Request, state: StateDep, engine: EngineDep)
     grammar: GrammarIn = _validated(GrammarIn, _grammar(await request.form()))
     context: dict[str, Any] = {"options": grammar.options.echo()}
     try:
-        result: CompileResult = await actions.compile_grammar(state, engine, grammar)
+        result, resolved = await actions.compile_grammar(state, engine, grammar)
         context["result"] = result
+        context["derived"] = resolved.pydantic
     except (GrammarError, InvalidInput) as error:
         context["error"] = error.to_dict()
     return _render(state, request, "partials/_compile.html", context)
 
 
-def _step_parts(
-    handle: SessionHandle, records: list[StepRecord]
+async def _step_parts(
+    state: AppState, handle: SessionHandle, records: list[StepRecord]
 ) -> list[tuple[str, dict[str, Any]]]:
     """Chips for new steps, then the inspector (last step) and status out of band."""
     parts: list[tuple[str, dict[str, Any]]] = [
@@ -128,8 +130,8 @@ def _step_parts(
     if steps:
         parts.append(("partials/_inspector.html", {"step": steps[-1], "session_id": handle.id,
                                                    "oob": True}))  # fmt: skip
-    state = actions.step_response(handle, [])
-    parts.append(("partials/_status.html", {"state": state, "handle": handle, "oob": True}))
+    answer = await actions.step_response(state, handle, [])
+    parts.append(("partials/_status.html", {"state": answer, "handle": handle, "oob": True}))
     return parts
 
 
@@ -138,8 +140,9 @@ async def new_session(request: Request, state: StateDep, engine: EngineDep) -> H
     """Open a session from the form: its output area, and the rendered prompt out of band."""
     form = await request.form()
     handle = await actions.create_session(state, engine, _session_request(form))
+    answer = await actions.step_response(state, handle, [])
     parts = [
-        ("partials/_session.html", {"handle": handle, "state": actions.step_response(handle, [])}),
+        ("partials/_session.html", {"handle": handle, "state": answer}),
         ("partials/_prompt.html", {"prompt": handle.session.prompt, "oob": True}),
     ]
     return _fragments(state, *parts)
@@ -149,7 +152,7 @@ async def new_session(request: Request, state: StateDep, engine: EngineDep) -> H
 async def step_fragment(state: StateDep, handle: HandleDep) -> HTMLResponse:
     """One step: its chip, with the inspector and status out of band."""
     records = await actions.step(handle, 1)
-    return _fragments(state, *_step_parts(handle, records))
+    return _fragments(state, *await _step_parts(state, handle, records))
 
 
 def _deletions(first: int, last: int) -> str:
@@ -161,7 +164,7 @@ async def back_fragment(state: StateDep, handle: HandleDep) -> HTMLResponse:
     """One step back: the last chip is removed."""
     before = len(handle.session.steps)
     await actions.back(handle, 1)
-    response = _fragments(state, *_step_parts(handle, []))
+    response = _fragments(state, *await _step_parts(state, handle, []))
     response.body = _deletions(len(handle.session.steps), before).encode() + response.body
     response.headers["content-length"] = str(len(response.body))
     return response
@@ -178,7 +181,7 @@ async def force_fragment(request: Request, state: StateDep, handle: HandleDep) -
         raise InvalidInput("token_id and at must be integers") from None
     before = len(handle.session.steps)
     record = await actions.force(handle, token_id, at)
-    response = _fragments(state, *_step_parts(handle, [record]))
+    response = _fragments(state, *await _step_parts(state, handle, [record]))
     response.body = _deletions(record.index, before).encode() + response.body
     response.headers["content-length"] = str(len(response.body))
     return response

@@ -9,7 +9,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine import Session
+from app.engine import Session, Validation
 from app.exceptions import CapacityExceeded, SessionGone, SessionNotFound
 
 __all__ = ["SessionHandle", "SessionStore"]
@@ -29,6 +29,9 @@ class SessionHandle:
         run: increments when a stream starts a run; an older run loop sees it and stops.
         pause: set by ``/pause``; the run loop stops after the step in flight.
         streaming: whether a run loop is active.
+        pydantic: the Pydantic source and root model, when the grammar came from one (the
+            output is then validated with the model itself, in the sandbox).
+        validated: the last validation, with the text it was for.
     """
 
     id: str
@@ -38,6 +41,8 @@ class SessionHandle:
     run: int = 0
     pause: bool = False
     streaming: bool = False
+    pydantic: tuple[str, str | None] | None = None
+    validated: tuple[str, Validation] | None = None
     last_used: float = field(default_factory=time.monotonic)
 
 
@@ -72,7 +77,12 @@ class SessionStore:
             if not handle.streaming and now - handle.last_used > self.ttl_s:
                 self._end(handle.id, "expired after being idle")
 
-    def add(self, session: Session, request: dict[str, Any]) -> SessionHandle:
+    def add(
+        self,
+        session: Session,
+        request: dict[str, Any],
+        pydantic: tuple[str, str | None] | None = None,
+    ) -> SessionHandle:
         """Register a new session, making room if needed.
 
         Raises:
@@ -86,7 +96,7 @@ class SessionStore:
                     f"all {self.max_sessions} sessions are running; try again in a moment"
                 )
             self._end(victim.id, "was evicted to make room for a newer session")
-        handle = SessionHandle(secrets.token_urlsafe(12), session, request)
+        handle = SessionHandle(secrets.token_urlsafe(12), session, request, pydantic=pydantic)
         self._live[handle.id] = handle
         return handle
 

@@ -11,6 +11,8 @@ from fastapi.templating import Jinja2Templates
 
 from app.engine import Engine
 from app.exceptions import NotReady
+from app.sandbox.process import Limits
+from app.sandbox.sandbox import Sandbox
 from app.settings import Settings
 from app.web import render
 from app.web.sessions import SessionStore
@@ -41,6 +43,12 @@ class AppState:
         if engine is not None:
             self._ready.set()
         self.sessions = SessionStore(settings.max_sessions, settings.session_ttl_s)
+        limits = Limits(
+            cpu_s=settings.sandbox_cpu_s,
+            memory_bytes=settings.sandbox_memory_mb * 1024 * 1024,
+            wall_s=settings.sandbox_timeout_s,
+        )
+        self.sandbox = Sandbox(limits, workers=settings.sandbox_workers)
         self.templates = Jinja2Templates(directory=TEMPLATES_DIR)
         render.install(self.templates.env)
 

@@ -12,6 +12,7 @@ from fastapi import Request
 from app.engine import StepRecord
 from app.web.actions import step_response
 from app.web.sessions import SessionHandle
+from app.web.state import AppState
 
 __all__ = ["run_events"]
 
@@ -20,6 +21,7 @@ Render = Callable[[str, dict[str, Any]], str]
 
 async def run_events(
     request: Request,
+    state: AppState,
     handle: SessionHandle,
     *,
     after: int,
@@ -59,12 +61,12 @@ async def run_events(
             yield step_event(record)
         if handle.run != run:
             return
-        state = step_response(handle, [])
+        answer = await step_response(state, handle, [])
         event = "done" if session.done else "paused"
         if fmt == "json":
-            data = json.dumps({**state, "paused": not session.done})
+            data = json.dumps({**answer, "paused": not session.done})
         else:
-            data = render("partials/_status.html", {"state": state, "handle": handle})
+            data = render("partials/_status.html", {"state": answer, "handle": handle})
         yield {"event": event, "data": data}
         yield {"event": "end", "data": ""}
     finally:

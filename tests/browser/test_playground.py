@@ -88,3 +88,19 @@ def test_keyboard_steps_and_goes_back(page: Page, live_server: str) -> None:
     expect(page.locator("#status")).to_have_attribute("data-done", "true", timeout=60_000)
     expect(page.locator("#status")).to_contain_text("stopped: terminated")
     expect(page.locator("#status .badge.ok")).to_have_text("valid")
+
+
+def test_a_pydantic_source_shows_its_derived_schema(page: Page, live_server: str) -> None:
+    page.goto(live_server)
+    page.click("text=Pydantic")
+    page.select_option("#example", "risk")
+    expect(page.locator("#compile-result .derived")).to_contain_text("RiskAssessment")
+    expect(page.locator("#compile-result .derived-text")).to_contain_text('"minItems": 2')
+    page.locator("#editor .cm-content").click()
+    page.keyboard.press("Control+End")
+    page.keyboard.type("\nimport os\n")
+    expect(page.locator("#compile-result .compile-error")).to_contain_text(
+        "importing 'os' is not allowed"
+    )
+    expect(page.locator("#editor .cm-lint-marker-error")).to_have_count(1)
+    page.screenshot(path=str(ARTIFACTS / "pydantic.png"))

@@ -81,7 +81,14 @@ def test_presets_fill_options_and_explicit_ones_win(client: TestClient) -> None:
         ({"kind": "json_schema", "source": '{\n "type": "object",\n}'}, {"line": 3, "column": 1}),
         ({"kind": "ebnf", "source": 'root ::= "a" | b'}, {"line": 1, "column": 16}),
         ({"kind": "json_schema", "source": '{"type": "strnig"}'}, {"pointer": "/type"}),
-        ({"kind": "pydantic", "source": "class A: pass"}, {"pointer": "/grammar/kind"}),
+        ({"kind": "pydantic", "source": "import os"}, {"line": 1, "column": 1}),
+        (
+            {
+                "kind": "pydantic",
+                "source": "from pydantic import BaseModel\nclass A(BaseModel):\n  x: Nope",
+            },
+            {"line": 3},
+        ),
     ],
 )
 def test_compile_errors_are_422_with_a_place(

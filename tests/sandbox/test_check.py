@@ -1,0 +1,133 @@
+"""The static check: an adversarial corpus refused with line, column and construct."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.exceptions import SourceRefused
+from app.sandbox.check import check_source
+
+HEAD = "from pydantic import BaseModel, Field\n"
+
+# (source, what the refusal must say). Each would do harm, or could, if it ran.
+CORPUS = [
+    ("import os", "importing 'os' is not allowed"),
+    ("import sys", "importing 'sys' is not allowed"),
+    ("import subprocess", "importing 'subprocess' is not allowed"),
+    ("import socket", "importing 'socket' is not allowed"),
+    ("import importlib", "importing 'importlib' is not allowed"),
+    ("import builtins", "importing 'builtins' is not allowed"),
+    ("from os import system", "importing from 'os' is not allowed"),
+    ("from os.path import join", "importing from 'os.path' is not allowed"),
+    ("from . import x", "importing from '.' is not allowed"),
+    ("from pydantic import *", "import * is not allowed"),
+    ("from typing import _SpecialForm", "names starting with an underscore"),
+    ("from pydantic import BaseModel as _B", "names starting with an underscore"),
+    ('__import__("os")', "calling __import__ is not allowed"),
+    ('eval("1")', "calling eval is not allowed"),
+    ('exec("x = 1")', "calling exec is not allowed"),
+    ('open("/etc/passwd")', "calling open is not allowed"),
+    ('print("x")', "calling print is not allowed"),
+    ('x = getattr(BaseModel, "schema")', "calling getattr is not allowed"),
+    ("x = ().__class__.__mro__", "names starting with an underscore ('__mro__')"),
+    ("x = BaseModel.__subclasses__", "names starting with an underscore"),
+    ("x = Field().__class__", "names starting with an underscore"),
+    ("x = breakpoint", "the name 'breakpoint' is not defined or not allowed"),
+    (HEAD + "class A(BaseModel):\n    x: int = getattr(A, 'x')", "calling getattr"),
+    (HEAD + "@classmethod\nclass A(BaseModel):\n    x: int", "decorators are not allowed"),
+    (
+        HEAD + "class A(BaseModel):\n    @classmethod\n    def v(cls, x): return x",
+        "functions and methods (validators do not change the JSON schema) are not allowed",
+    ),
+    (HEAD + "class A(BaseModel, metaclass=type):\n    x: int", "metaclasses"),
+    (HEAD + "class A(BaseModel):\n    x: list = list()", "calling list is not allowed"),
+    (HEAD + "class A(BaseModel):\n    x: int = 10**10**10", "arithmetic is not allowed"),
+    (HEAD + "class A(BaseModel):\n    x: str = 'a' * 10**9", "arithmetic is not allowed"),
+    ("x = 'a' * 10**9", "arithmetic is not allowed"),
+    ("while True:\n    pass", "loops are not allowed"),
+    ("for i in range(9):\n    pass", "loops are not allowed"),
+    ("def f():\n    return f()\nf()", "functions and methods"),
+    ("x = [i for i in range(10)]", "a comprehension is not allowed"),
+    ("x = lambda: 0", "a lambda is not allowed"),
+    ("x = (yield)", "yield is not allowed"),
+    ("try:\n    pass\nexcept Exception:\n    pass", "try statements are not allowed"),
+    ('with open("f", "w") as f:\n    pass', "with statements are not allowed"),
+    ("global x", "global statements are not allowed"),
+    ("del BaseModel", "del statements are not allowed"),
+    ("raise SystemExit", "raise statements are not allowed"),
+    ("assert False", "assert statements are not allowed"),
+    (HEAD + "class A(BaseModel):\n    class Config:\n        extra = 'forbid'", "nested classes"),
+    (HEAD + "class A(BaseModel):\n    x: \"__import__('os').system('id')\"", "calling system"),
+    (HEAD + "class A(BaseModel):\n    x: \"__import__('os')\"", "calling __import__"),
+    (HEAD + "Field()", "expression statements are not allowed"),
+    (HEAD + "class A(BaseModel):\n    x: int = Field(default_factory=lambda: 1)", "a lambda"),
+    (
+        HEAD + "class A(BaseModel):\n    x: int = Field(json_schema_extra={'a': eval('1')})",
+        "calling eval",
+    ),
+    (HEAD + "class A(BaseModel):\n    x: int = Field(*[1])", "*args are not allowed"),
+    (HEAD + "class A(BaseModel):\n    x: int = Field(**{})", "**kwargs are not allowed"),
+    ("\uff45\uff56\uff41\uff4c('1')", "look-alike characters"),  # fullwidth "eval"
+    ("x = " + "(" * 60 + "1" + ")" * 60, "brackets nested deeper than 40"),
+    ("x = " + " | ".join(["int"] * 200), "an expression nested deeper than 64"),
+    ('x = f"{BaseModel}"', "an f-string is not allowed"),
+    ("x = (y := 1)", "an assignment expression is not allowed"),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import os", "if statements"),
+    ("x = 1\0", "NUL character"),
+    ("x = 'a" + "b" * 20_000 + "'", "a string longer than 10000 characters"),
+    ("x = 123456789012345678901234567890", "an integer larger than"),
+    ("class A(:\n    pass", "syntax error"),
+    ("x: int = 1\n" * 4000, "more than 3000 lines"),
+    ("x = '" + "a" * 70_000 + "'", "a Pydantic source may be 65536"),
+    ("from annotated_types import Predicate\nx = Predicate(len)", "calling Predicate"),
+]
+
+
+def test_the_corpus_is_large_enough() -> None:
+    assert len(CORPUS) >= 40
+
+
+@pytest.mark.parametrize(("source", "said"), CORPUS, ids=[str(i) for i in range(len(CORPUS))])
+def test_each_adversarial_source_is_refused_clearly(source: str, said: str) -> None:
+    with pytest.raises(SourceRefused) as caught:
+        check_source(source)
+    assert said in caught.value.message
+
+
+def test_a_refusal_names_line_and_column() -> None:
+    with pytest.raises(SourceRefused) as caught:
+        check_source(HEAD + "class A(BaseModel):\n    x: int = eval('1')")
+    assert (caught.value.line, caught.value.column) == (3, 14)
+    assert caught.value.message.startswith("line 3, column 14: calling eval is not allowed")
+
+
+@pytest.mark.parametrize("name", ["pricing", "router", "candidate", "risk", "nested"])
+def test_the_examples_pass(name: str) -> None:
+    from app.examples import EXAMPLES_DIR
+
+    check_source((EXAMPLES_DIR / f"{name}.py").read_text())
+
+
+def test_what_schema_guided_reasoning_uses_passes() -> None:
+    check_source(
+        '"""Doc."""\n'
+        "from enum import Enum\n"
+        "from typing import Annotated, Literal, Optional, Union\n"
+        "import datetime\n"
+        "from pydantic import BaseModel, ConfigDict, Field, conint, StringConstraints\n"
+        "from annotated_types import Ge, Le, MinLen, MaxLen\n"
+        "Severity = Literal['low', 'high']\n"
+        "class Color(str, Enum):\n    red = 'red'\n    blue = 'blue'\n"
+        "class Step(BaseModel):\n"
+        "    model_config = ConfigDict(extra='forbid')\n"
+        "    '''A step.'''\n"
+        "    kind: Literal['a', 'b'] = 'a'\n"
+        "    score: Annotated[int, Ge(1), Le(10)]\n"
+        "    items: Annotated[list['Step'], MinLen(0), MaxLen(3)] = []\n"
+        "    code: Annotated[str, StringConstraints(pattern=r'^[A-Z]+$')] = 'A'\n"
+        "    n: conint(ge=-5, le=5) = -1\n"
+        "    when: Optional[datetime.date] = None\n"
+        "    color: Color = Color.red\n"
+        "    either: Union[int, str] = Field(0, description='x', json_schema_extra={'k': [1]})\n"
+        "    sev: Severity\n"
+    )

@@ -1,0 +1,84 @@
+"""Pydantic sources through the API: derived schema, refusals as 4xx, validated outputs."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.examples import EXAMPLES_DIR, load_examples
+from tests.sandbox.test_check import CORPUS
+from tests.web.sse import parse_events
+
+REPO = Path(__file__).resolve().parent.parent.parent
+
+
+def test_compile_returns_the_derived_schema_and_models(client: TestClient) -> None:
+    source = (EXAMPLES_DIR / "router.py").read_text()
+    answer = client.post("/api/compile", json={"kind": "pydantic", "source": source}).json()
+    assert answer["models"] == ["FetchUserFeatures", "Respond", "Router"]
+    assert answer["json_schema"] == json.loads((EXAMPLES_DIR / "router.json").read_text())
+    assert "root ::=" in answer["grammar"]
+    picked = client.post(
+        "/api/compile",
+        json={"kind": "pydantic", "source": source, "options": {"root_model": "Respond"}},
+    ).json()
+    assert picked["json_schema"]["title"] == "Respond"
+
+
+def test_the_adversarial_corpus_is_refused_and_the_server_keeps_answering(
+    client: TestClient,
+) -> None:
+    before = {p.name for p in REPO.iterdir()}
+    for source, said in CORPUS:
+        response = client.post("/api/compile", json={"kind": "pydantic", "source": source})
+        assert response.status_code in (413, 422), source
+        if response.status_code == 422:
+            assert said in response.json()["error"]["message"]
+        assert client.get("/healthz").status_code == 200
+    assert {p.name for p in REPO.iterdir()} == before
+
+
+def test_other_requests_are_answered_while_the_sandbox_runs(client: TestClient) -> None:
+    source = (EXAMPLES_DIR / "risk.py").read_text() + f"\n# {uuid.uuid4()}\n"  # not cached
+    done = threading.Event()
+
+    def compile_it() -> None:
+        response = client.post("/api/compile", json={"kind": "pydantic", "source": source})
+        assert response.status_code == 200
+        done.set()
+
+    worker = threading.Thread(target=compile_it)
+    worker.start()
+    answered = [client.get("/healthz").status_code for _ in range(3)]
+    finished_first = done.is_set()
+    worker.join(timeout=60)
+    assert answered == [200, 200, 200] and done.is_set()
+    assert not finished_first, "health checks should be answered while the sandbox works"
+
+
+@pytest.mark.parametrize("example", load_examples(), ids=lambda e: e.id)
+def test_each_pydantic_example_generates_output_the_model_validates(
+    client: TestClient, example: object
+) -> None:
+    from app.examples import Example
+
+    assert isinstance(example, Example)
+    body = {
+        "grammar": {"kind": "pydantic", "source": example.source(".py")},
+        "messages": [
+            {"role": "system", "content": example.system},
+            {"role": "user", "content": example.prompt},
+        ],
+        "schema_in_prompt": example.schema_in_prompt,
+        "max_tokens": example.max_tokens,
+    }
+    session_id = client.post("/api/sessions", json=body).json()["id"]
+    events = parse_events(client.get(f"/api/sessions/{session_id}/events?format=json").text)
+    final = json.loads(next(e["data"] for e in events if e["event"] == "done"))
+    assert final["stop_reason"] == "terminated", final["text"]
+    assert final["validation"] == {"valid": True, "errors": []}
