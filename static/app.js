@@ -26,6 +26,8 @@
 
   function setupEditor() {
     const textarea = $("#source");
+    ui.kind = ($('input[name="kind"]:checked') || { value: "json_schema" }).value;
+    document.body.classList.toggle("kind-pydantic", ui.kind === "pydantic");
     ui.editor = new CM.EditorView({
       parent: $("#editor"),
       state: CM.EditorState.create({
@@ -131,17 +133,45 @@
     return chain;
   }
 
-  async function ensureSession() {
-    if (ui.sessionId && !ui.dirty) return ui.sessionId;
-    await htmx.ajax("POST", "/ui/sessions", { source: "#config", target: "#session-area", swap: "innerHTML" });
+  function adoptSession() {
     const session = $("#session");
     if (!session) return null;
     ui.sessionId = session.dataset.sessionId;
     ui.dirty = false;
     ui.selected = null;
     ui.follow = true;
-    resetInspector();
+    const link = $("#download-trace");
+    link.href = `/api/sessions/${ui.sessionId}/trace`;
+    link.classList.remove("disabled");
+    $("#share-result").innerHTML = "";
     return ui.sessionId;
+  }
+
+  async function ensureSession() {
+    if (ui.sessionId && !ui.dirty) return ui.sessionId;
+    await htmx.ajax("POST", "/ui/sessions", { source: "#config", target: "#session-area", swap: "innerHTML" });
+    resetInspector();
+    return adoptSession();
+  }
+
+  async function openPermalink(id) {
+    await htmx.ajax("POST", `/ui/permalinks/${encodeURIComponent(id)}/open`, { target: "#session-area", swap: "innerHTML" });
+    adoptSession();
+    refresh();
+  }
+
+  async function share() {
+    if (!ui.sessionId || ui.dirty) {
+      $("#toast").innerHTML = '<div class="toast-body">Step or run first: a permalink holds a session.</div>';
+      return;
+    }
+    await htmx.ajax("POST", `/ui/sessions/${ui.sessionId}/share`, { target: "#share-result", swap: "innerHTML" });
+    const link = $("#share-result .share-link");
+    if (!link) return;
+    const input = link.querySelector("input");
+    input.select();
+    try { await navigator.clipboard.writeText(link.dataset.url); link.classList.add("copied"); }
+    catch (error) { document.execCommand && document.execCommand("copy"); }
   }
 
   async function step() {
@@ -406,6 +436,7 @@
     $("#btn-back").addEventListener("click", () => enqueue(back));
     $("#btn-run").addEventListener("click", () => enqueue(runOrPause));
     $("#btn-reset").addEventListener("click", reset);
+    $("#btn-share").addEventListener("click", () => enqueue(share));
     $$('input[name="mode"]').forEach((radio) => radio.addEventListener("change", () => {
       const replay = $('input[name="mode"]:checked').value === "replay";
       $(".generate-view").hidden = replay;
@@ -449,9 +480,12 @@
       field.focus();
     });
     window.addEventListener("resize", drawTimeline);
+    setPromptMode(($('input[name="prompt_mode"]:checked') || { value: "chat" }).value);
     const initial = $("#example").value;
     if ($("#source").value) htmx.trigger(document.body, "compile");
     else if (initial) loadExample(initial);
+    const banner = $("#permalink-banner");
+    if (banner) enqueue(() => openPermalink(banner.dataset.permalink));
   }
 
   document.addEventListener("DOMContentLoaded", bind);

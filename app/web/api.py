@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Path, Query, Request
@@ -9,9 +10,9 @@ from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
 
 from app.examples import load_examples
-from app.web import actions
+from app.web import actions, sharing
 from app.web.deps import EngineDep, HandleDep, StateDep
-from app.web.models import CountIn, ForceIn, GrammarIn, ReplayIn, SessionIn
+from app.web.models import CountIn, ForceIn, GrammarIn, PermalinkIn, ReplayIn, SessionIn
 from app.web.stream import run_events
 
 __all__ = ["router"]
@@ -109,6 +110,48 @@ async def events(
 
     stream = run_events(request, state, handle, after=after, fmt=fmt, render=render)
     return EventSourceResponse(stream, ping=15)
+
+
+@router.get("/api/sessions/{session_id}/trace", tags=["sessions"])
+async def trace(handle: HandleDep, state: StateDep) -> JSONResponse:
+    """The whole trace as a JSON download: request, model identity, every step record."""
+    answer = await actions.step_response(state, handle, list(handle.session.steps))
+    body = {"request": handle.request, "model": handle.session.model.identity.to_dict(), **answer}
+    headers = {"Content-Disposition": f'attachment; filename="maskscope-trace-{handle.id}.json"'}
+    return JSONResponse(body, headers=headers)
+
+
+@router.post("/api/permalinks", tags=["permalinks"], status_code=201,
+             responses={200: {"description": "the same snapshot already existed"}})  # fmt: skip
+async def create_permalink(body: PermalinkIn, state: StateDep, engine: EngineDep) -> JSONResponse:
+    """Store an immutable snapshot; equal content gives an equal id (201 new, 200 existing)."""
+    snapshot = sharing.snapshot_of_request(body, engine.model.identity)
+    snapshot_id, created = await asyncio.to_thread(state.store.put, snapshot)
+    return JSONResponse(
+        {"id": snapshot_id, "url": f"/s/{snapshot_id}"}, status_code=201 if created else 200
+    )
+
+
+@router.get("/api/permalinks/{snapshot_id}", tags=["permalinks"])
+async def get_permalink(
+    snapshot_id: Annotated[str, Path(max_length=64)], state: StateDep, engine: EngineDep
+) -> dict[str, Any]:
+    """The stored snapshot, with the model and versions recorded at share time, and what differs
+    from this server's."""
+    snapshot, created = sharing.load(state, snapshot_id)
+    differences = sharing.differences(snapshot, engine.model.identity)
+    return {"id": snapshot_id, "created_at": created, **snapshot, "differences": differences}
+
+
+@router.post("/api/permalinks/{snapshot_id}/session", tags=["permalinks"])
+async def open_permalink(
+    snapshot_id: Annotated[str, Path(max_length=64)], state: StateDep, engine: EngineDep
+) -> dict[str, Any]:
+    """Open a new session from the snapshot and replay its trace (409 if it does not replay)."""
+    snapshot, _ = sharing.load(state, snapshot_id)
+    handle = await sharing.open_snapshot(state, engine, snapshot)
+    answer = await actions.step_response(state, handle, list(handle.session.steps))
+    return {**actions.session_answer(handle), **answer}
 
 
 @router.post("/api/replay", tags=["grammar"])

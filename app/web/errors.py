@@ -24,6 +24,8 @@ STATUS: dict[type[exc.MaskscopeError], int] = {
     exc.SessionFinished: 409,
     exc.RunInProgress: 409,
     exc.SessionNotFound: 404,
+    exc.PermalinkNotFound: 404,
+    exc.SnapshotTooLarge: 413,
     exc.SessionGone: 410,
     exc.CapacityExceeded: 429,
     exc.NotReady: 503,

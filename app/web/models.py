@@ -12,11 +12,13 @@ from app.exceptions import InvalidInput
 from app.settings import Settings
 
 __all__ = [
+    "ActionIn",
     "CountIn",
     "ForceIn",
     "GrammarIn",
     "MessageIn",
     "OptionsIn",
+    "PermalinkIn",
     "ReplayIn",
     "SamplingIn",
     "SessionIn",
@@ -144,6 +146,27 @@ class SessionIn(_Strict):
             else:
                 messages.insert(0, ChatMessage("system", with_schema("", spec.source)))
         return messages
+
+
+class ActionIn(_Strict):
+    """One thing done to a session, for a permalink's trace."""
+
+    op: Literal["step", "back", "force"]
+    n: int = Field(default=1, ge=1, le=4096)
+    token_id: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    at: int | None = Field(default=None, ge=0, le=4096)
+
+    @model_validator(mode="after")
+    def _force_names_a_token(self) -> ActionIn:
+        if self.op == "force" and self.token_id is None:
+            raise ValueError("a force action needs a token_id")
+        return self
+
+
+class PermalinkIn(SessionIn):
+    """A session request and the trace to replay on it."""
+
+    actions: list[ActionIn] = Field(default_factory=list, max_length=4096)
 
 
 class CountIn(_Strict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
@@ -11,10 +12,11 @@ from pydantic import ValidationError
 from starlette.datastructures import FormData
 
 from app.engine import PRESETS, ReplayToken, StepRecord
-from app.examples import load_examples
-from app.exceptions import GrammarError, InvalidInput
-from app.web import actions
+from app.examples import Example, load_examples
+from app.exceptions import GrammarError, InvalidInput, PermalinkNotFound
+from app.web import actions, sharing
 from app.web.deps import EngineDep, HandleDep, StateDep
+from app.web.errors import not_found_page
 from app.web.models import GrammarIn, ReplayIn, SessionIn
 from app.web.sessions import SessionHandle
 from app.web.state import AppState
@@ -89,20 +91,112 @@ def _session_request(form: FormData) -> SessionIn:
     return session
 
 
+def _prefill_from_request(request: dict[str, Any]) -> dict[str, Any]:
+    """Form values for a session request (from a snapshot): the page shows what it can."""
+    messages = request.get("messages") or []
+    system = next((m["content"] for m in messages if m["role"] == "system"), "")
+    user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    grammar = request["grammar"]
+    return {
+        "kind": grammar["kind"],
+        "source": grammar["source"],
+        "options": grammar.get("options") or {},
+        "system": system,
+        "user": user,
+        "raw_prompt": request.get("raw_prompt") or "",
+        "prompt_mode": "raw" if request.get("raw_prompt") is not None else "chat",
+        "schema_in_prompt": request.get("schema_in_prompt", False),
+        "sampling": request.get("sampling") or {},
+        "max_tokens": request.get("max_tokens", 256),
+    }
+
+
+def _prefill_from_example(example: Example | None) -> dict[str, Any]:
+    return {
+        "kind": "json_schema",
+        "source": example.source() if example else "",
+        "options": {},
+        "system": example.system if example else "Reply with JSON only.",
+        "user": example.prompt if example else "",
+        "raw_prompt": "",
+        "prompt_mode": "chat",
+        "schema_in_prompt": example.schema_in_prompt if example else True,
+        "sampling": {},
+        "max_tokens": example.max_tokens if example else 256,
+    }
+
+
+def _page(request: Request, state: AppState, prefill: dict[str, Any], **extra: Any) -> HTMLResponse:
+    examples = load_examples()
+    identity = state.engine.model.identity.to_dict() if state.engine else None
+    options = {**PRESETS["maskscope"].to_dict(), "preset": "maskscope", **prefill["options"]}
+    context = {
+        "examples": examples,
+        "prefill": {**prefill, "options": options},
+        "identity": identity,
+        "presets": {name: o.to_dict() for name, o in PRESETS.items()},
+        "caps": {"max_tokens": state.settings.max_tokens_cap},
+        "example_id": None,
+        "permalink": None,
+        "differences": [],
+        **extra,
+    }
+    return _render(state, request, "pages/playground.html", context)
+
+
 @router.get("/", response_class=HTMLResponse)
 async def playground(request: Request, state: StateDep, example: str | None = None) -> HTMLResponse:
     """The playground, optionally opened on an example (``?example=pricing``)."""
-    examples = load_examples()
-    initial = next((e for e in examples if e.id == example), None)
-    identity = state.engine.model.identity.to_dict() if state.engine else None
-    context = {
-        "examples": examples,
-        "initial": initial,
-        "identity": identity,
-        "presets": {name: options.to_dict() for name, options in PRESETS.items()},
-        "caps": {"max_tokens": state.settings.max_tokens_cap},
-    }
-    return _render(state, request, "pages/playground.html", context)
+    initial = next((e for e in load_examples() if e.id == example), None)
+    return _page(request, state, _prefill_from_example(initial), example_id=example)
+
+
+@router.get("/s/{snapshot_id}", response_class=HTMLResponse)
+async def permalink_page(request: Request, state: StateDep, snapshot_id: str) -> HTMLResponse:
+    """A shared snapshot: the playground pre-filled; its trace replays on load."""
+    try:
+        snapshot, _ = sharing.load(state, snapshot_id)
+    except PermalinkNotFound:
+        return not_found_page(
+            request, "This permalink does not exist: check the link, or ask for a new one."
+        )
+    engine = await state.wait_engine()
+    return _page(
+        request,
+        state,
+        _prefill_from_request(snapshot["request"]),
+        permalink=snapshot_id,
+        trace_steps=sum(a.get("n", 1) for a in snapshot["actions"]),
+        differences=sharing.differences(snapshot, engine.model.identity),
+    )
+
+
+@router.post("/ui/permalinks/{snapshot_id}/open", response_class=HTMLResponse)
+async def open_permalink_fragment(
+    request: Request, state: StateDep, engine: EngineDep, snapshot_id: str
+) -> HTMLResponse:
+    """The shared session reopened: every chip, the last step inspected, the status."""
+    snapshot, _ = sharing.load(state, snapshot_id)
+    handle = await sharing.open_snapshot(state, engine, snapshot)
+    answer = await actions.step_response(state, handle, [])
+    steps = handle.session.steps
+    parts = [
+        ("partials/_session.html", {"handle": handle, "state": answer, "steps": steps}),
+        ("partials/_prompt.html", {"prompt": handle.session.prompt, "oob": True}),
+    ]
+    if steps:
+        parts.append(("partials/_inspector.html",
+                      {"step": steps[-1], "session_id": handle.id, "oob": True}))  # fmt: skip
+    return _fragments(state, *parts)
+
+
+@router.post("/ui/sessions/{session_id}/share", response_class=HTMLResponse)
+async def share_fragment(request: Request, state: StateDep, handle: HandleDep) -> HTMLResponse:
+    """Store the session as a permalink; the link, ready to copy."""
+    snapshot_id, _ = await asyncio.to_thread(state.store.put, sharing.snapshot_of_session(handle))
+    context = {"url": f"{request.base_url}s/{snapshot_id}", "path": f"/s/{snapshot_id}",
+               "session_id": handle.id}  # fmt: skip
+    return _render(state, request, "partials/_share.html", context)
 
 
 @router.post("/ui/compile", response_class=HTMLResponse)

@@ -14,6 +14,7 @@ from app.exceptions import NotReady
 from app.sandbox.process import Limits
 from app.sandbox.sandbox import Sandbox
 from app.settings import Settings
+from app.store.permalinks import PermalinkStore
 from app.web import render
 from app.web.sessions import SessionStore
 
@@ -49,6 +50,7 @@ class AppState:
             wall_s=settings.sandbox_timeout_s,
         )
         self.sandbox = Sandbox(limits, workers=settings.sandbox_workers)
+        self.store = PermalinkStore(settings.db_path, max_bytes=settings.snapshot_max_bytes)
         self.templates = Jinja2Templates(directory=TEMPLATES_DIR)
         render.install(self.templates.env)
 

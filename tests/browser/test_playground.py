@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Dialog, Page, expect
 
 from tests.browser.conftest import ARTIFACTS
 
@@ -104,3 +104,59 @@ def test_a_pydantic_source_shows_its_derived_schema(page: Page, live_server: str
     )
     expect(page.locator("#editor .cm-lint-marker-error")).to_have_count(1)
     page.screenshot(path=str(ARTIFACTS / "pydantic.png"))
+
+
+PAYLOAD = "</textarea><script>alert(1)</script>"
+
+
+def test_a_hostile_permalink_renders_inert(page: Page, live_server: str) -> None:
+    import httpx
+
+    body = {
+        "grammar": {"kind": "regex", "source": PAYLOAD, "options": {"root_model": PAYLOAD}},
+        "messages": [{"role": "system", "content": PAYLOAD}, {"role": "user", "content": PAYLOAD}],
+        "max_tokens": 40,
+        "actions": [{"op": "step", "n": 40}],
+    }
+    snapshot_id = httpx.post(f"{live_server}/api/permalinks", json=body, timeout=60).json()["id"]
+    dialogs: list[str] = []
+
+    def on_dialog(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", on_dialog)
+    page.goto(f"{live_server}/s/{snapshot_id}")
+    expect(page.locator("#permalink-banner")).to_contain_text(snapshot_id)
+    expect(page.locator("#status")).to_have_attribute("data-done", "true", timeout=60_000)
+    chips = "".join(page.locator("#tokens .chip").all_inner_texts())
+    assert chips.replace("·", " ").startswith("</textarea><script>alert1</script>")
+    assert page.locator('textarea[name="system"]').input_value() == PAYLOAD
+    assert page.locator('textarea[name="user"]').input_value() == PAYLOAD
+    assert page.locator("#source").input_value() == PAYLOAD
+    scripts = page.evaluate("() => [...document.scripts].map((s) => s.src || s.id)")
+    assert [s.rsplit("/", 1)[-1] for s in scripts] == [  # the page's own, none from the snapshot
+        "htmx.min.js", "htmx-ext-sse.min.js", "codemirror.min.js", "app.js", "presets",
+    ]  # fmt: skip
+    page.click("#tok-3")
+    expect(page.locator("#inspector")).to_have_attribute("data-index", "3")
+    page.wait_for_timeout(300)
+    assert dialogs == []
+    page.screenshot(path=str(ARTIFACTS / "hostile-permalink.png"))
+
+
+def test_share_copies_a_link_that_reopens_the_run(page: Page, live_server: str) -> None:
+    page.goto(f"{live_server}/?example=nested")
+    expect(page.locator("#compile-result .stats")).to_contain_text("compiled")
+    page.fill('input[name="max_tokens"]', "6")
+    page.click("#btn-run")
+    expect(page.locator("#status")).to_have_attribute("data-done", "true", timeout=60_000)
+    page.click("#btn-share")
+    link = page.locator("#share-result .share-link")
+    expect(link).to_have_count(1)
+    url = link.get_attribute("data-url")
+    assert url and "/s/" in url
+    before = page.locator("#tokens").inner_text()
+    page.goto(url)
+    expect(page.locator("#tokens .chip")).to_have_count(6, timeout=60_000)
+    assert page.locator("#tokens").inner_text() == before

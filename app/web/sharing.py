@@ -1,0 +1,105 @@
+"""Permalinks: snapshots of a session's request and trace, and sessions reopened from them."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+from app.engine import ModelIdentity, Session
+from app.exceptions import InvalidInput, PermalinkNotFound, TokenRefused
+from app.store.permalinks import ID_PATTERN
+from app.store.trace import canonical_actions, compress
+from app.web import actions
+from app.web.models import OptionsIn, PermalinkIn, SessionIn
+from app.web.sessions import SessionHandle
+from app.web.state import AppState
+
+__all__ = ["differences", "load", "open_snapshot", "snapshot_of_request", "snapshot_of_session"]
+
+_VERSION = 1
+
+
+def _snapshot(
+    request: dict[str, Any], trace: list[dict[str, Any]], identity: ModelIdentity
+) -> dict[str, Any]:
+    grammar = request["grammar"]
+    options = OptionsIn.model_validate(grammar.get("options") or {}).echo()
+    request = {**request, "grammar": {**grammar, "options": options}}
+    request["sampling"] = dict(request["sampling"])
+    if request["sampling"]["temperature"] == 0:
+        request["sampling"]["seed"] = None  # greedy: the seed plays no part
+    return {
+        "version": _VERSION,
+        "request": request,
+        "actions": trace,
+        "model": {"model_id": identity.model_id, "weights_sha256": identity.weights_sha256},
+        "versions": {
+            "xgrammar": identity.xgrammar,
+            "transformers": identity.transformers,
+            "torch": identity.torch,
+        },
+    }
+
+
+def snapshot_of_request(body: PermalinkIn, identity: ModelIdentity) -> dict[str, Any]:
+    """The canonical snapshot of a permalink request (defaults filled, trace canonical).
+
+    Raises:
+        InvalidInput: sampling without a seed, which could not be reproduced.
+    """
+    if body.sampling.temperature > 0 and body.sampling.seed is None:
+        raise InvalidInput(
+            "a sampled trace needs its seed to be reproduced", pointer="/sampling/seed"
+        )
+    request = SessionIn.model_validate(body.model_dump(exclude={"actions"})).model_dump(mode="json")
+    return _snapshot(request, canonical_actions(body.actions), identity)
+
+
+def snapshot_of_session(handle: SessionHandle) -> dict[str, Any]:
+    """The canonical snapshot of a live session: its request and the steps it holds now."""
+    session = handle.session
+    trace = compress(s.token_id if s.forced else None for s in session.steps)
+    return _snapshot(handle.request, trace, session.model.identity)
+
+
+def differences(snapshot: dict[str, Any], identity: ModelIdentity) -> list[str]:
+    """What differs between the model and libraries a snapshot was made with and these."""
+    now = identity.to_dict()
+    recorded = {**snapshot["model"], **snapshot["versions"]}
+    labels = {"model_id": "model", "weights_sha256": "weights"}
+    return [
+        f"{labels.get(key, key)}: shared with {value}, this server has {now[key]}"
+        for key, value in recorded.items()
+        if now.get(key) != value
+    ]
+
+
+def load(state: AppState, snapshot_id: str) -> tuple[dict[str, Any], float]:
+    """A stored snapshot, or PermalinkNotFound (malformed ids included)."""
+    found = state.store.get(snapshot_id) if re.match(ID_PATTERN, snapshot_id) else None
+    if found is None:
+        raise PermalinkNotFound(f"no permalink {snapshot_id!r}")
+    return found
+
+
+def _replay_actions(session: Session, trace: list[dict[str, Any]]) -> None:
+    for action in trace:
+        if action["op"] == "step":
+            session.run(action["n"])
+        else:
+            try:
+                session.force(action["token_id"])
+            except TokenRefused as refused:
+                raise TokenRefused(
+                    f"the shared trace does not replay here: {refused.message}"
+                ) from None
+
+
+async def open_snapshot(state: AppState, engine: Any, snapshot: dict[str, Any]) -> SessionHandle:
+    """A new session from a snapshot's request, with its trace replayed."""
+    body = SessionIn.model_validate(snapshot["request"])
+    handle = await actions.create_session(state, engine, body)
+    async with handle.lock:
+        await asyncio.to_thread(_replay_actions, handle.session, snapshot["actions"])
+    return handle

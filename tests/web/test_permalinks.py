@@ -1,0 +1,165 @@
+"""Permalinks over HTTP: immutable, canonical, reopened identically, even by another process."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from app.engine import Engine
+from app.main import create_app
+from app.settings import Settings
+from tests.web.conftest import session_body
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+TIMINGS = {"forward_ms", "mask_us", "total_ms"}
+
+
+@pytest.fixture(scope="module")
+def db_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("permalinks") / "permalinks.db"
+
+
+@pytest.fixture(scope="module")
+def shared_app(engine: Engine, db_path: Path) -> FastAPI:
+    return create_app(Settings(db_path=db_path, snapshot_max_bytes=64_000), engine=engine)
+
+
+@pytest.fixture(scope="module")
+def api(shared_app: FastAPI) -> Iterator[TestClient]:
+    with TestClient(shared_app) as test_client:
+        yield test_client
+
+
+def _untimed(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in s.items() if k not in TIMINGS} for s in steps]
+
+
+def _share(api: TestClient, **overrides: Any) -> Any:
+    return api.post("/api/permalinks", json={**session_body(max_tokens=30), **overrides})
+
+
+def test_sharing_twice_gives_the_same_link(api: TestClient) -> None:
+    first = _share(api, actions=[{"op": "step", "n": 5}])
+    assert first.status_code == 201 and first.json()["url"] == f"/s/{first.json()['id']}"
+    again = _share(api, actions=[{"op": "step", "n": 6}, {"op": "back", "n": 1}])
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+    other = _share(api, actions=[{"op": "step", "n": 4}])
+    assert other.status_code == 201 and other.json()["id"] != first.json()["id"]
+
+
+def test_a_sampled_trace_needs_its_seed(api: TestClient) -> None:
+    response = _share(api, sampling={"temperature": 0.7})
+    assert response.status_code == 422
+    assert response.json()["error"]["pointer"] == "/sampling/seed"
+
+
+def test_a_snapshot_above_the_limit_is_413(api: TestClient) -> None:
+    big = session_body()
+    big["messages"][1]["content"] = "x" * 30_000
+    big["grammar"]["source"] = json.dumps({"type": "object", "description": "y" * 40_000})
+    response = api.post("/api/permalinks", json=big)
+    assert response.status_code == 413 and "a permalink may hold 64000" in response.text
+
+
+def test_the_snapshot_records_model_and_versions(api: TestClient) -> None:
+    snapshot_id = _share(api, actions=[{"op": "step", "n": 2}]).json()["id"]
+    snapshot = api.get(f"/api/permalinks/{snapshot_id}").json()
+    assert snapshot["model"]["weights_sha256"] and snapshot["versions"]["xgrammar"] == "0.2.9"
+    assert snapshot["request"]["grammar"]["options"]["any_whitespace"] is False  # filled in
+    assert snapshot["actions"] == [{"op": "step", "n": 2}]
+    assert snapshot["differences"] == []
+
+
+def test_unknown_and_malformed_ids(api: TestClient) -> None:
+    assert api.get("/api/permalinks/AAAAAAAAAAAA").status_code == 404
+    assert api.get("/api/permalinks/../../etc").status_code == 404
+    page = api.get("/s/not-a-real-id!")
+    assert page.status_code == 404 and "This permalink does not exist" in page.text
+
+
+def test_a_live_session_shares_its_steps_and_reopens_identically(api: TestClient) -> None:
+    session_id = api.post("/api/sessions", json=session_body(max_tokens=40)).json()["id"]
+    api.post(f"/api/sessions/{session_id}/step", json={"n": 8})
+    steps = api.get(f"/api/sessions/{session_id}").json()["steps"]
+    forced = api.post(f"/api/sessions/{session_id}/force",
+                      json={"token_id": steps[7]["token_id"], "at": 7}).json()  # fmt: skip
+    api.post(f"/api/sessions/{session_id}/step", json={"n": 3})
+    original = api.get(f"/api/sessions/{session_id}").json()["steps"]
+    assert forced["steps"][0]["forced"]
+    html = api.post(f"/ui/sessions/{session_id}/share", headers={"HX-Request": "true"}).text
+    snapshot_id = html.split('href="/s/')[1].split('"')[0]
+    snapshot = api.get(f"/api/permalinks/{snapshot_id}").json()
+    assert snapshot["actions"] == [
+        {"op": "step", "n": 7}, {"op": "force", "token_id": steps[7]["token_id"]},
+        {"op": "step", "n": 3},
+    ]  # fmt: skip
+    reopened = api.post(f"/api/permalinks/{snapshot_id}/session").json()
+    assert _untimed(reopened["steps"]) == _untimed(original)
+    page = api.get(f"/s/{snapshot_id}").text
+    assert f'data-permalink="{snapshot_id}"' in page and 'data-steps="11"' in page
+
+
+def test_a_trace_downloads_as_json(api: TestClient) -> None:
+    session_id = api.post("/api/sessions", json=session_body(max_tokens=3)).json()["id"]
+    api.post(f"/api/sessions/{session_id}/step", json={"n": 3})
+    response = api.get(f"/api/sessions/{session_id}/trace")
+    assert response.headers["content-disposition"].startswith("attachment;")
+    body = response.json()
+    assert len(body["steps"]) == 3 and body["model"]["model_id"] and body["request"]["grammar"]
+
+
+def _port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _request(url: str, method: str = "GET") -> Any:
+    with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=120) as r:
+        return json.loads(r.read())
+
+
+def test_a_new_process_on_the_same_db_reopens_the_same_trace(
+    api: TestClient, db_path: Path
+) -> None:
+    snapshot_id = _share(api, actions=[{"op": "step", "n": 12}]).json()["id"]
+    here = api.get(f"/api/permalinks/{snapshot_id}").json()
+    trace_here = api.post(f"/api/permalinks/{snapshot_id}/session").json()["steps"]
+    port = _port()
+    env = {**os.environ, "MASKSCOPE_DB_PATH": str(db_path), "MASKSCOPE_COMPILE_WORKERS": "1"}
+    server = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port)],
+                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 240
+        while True:
+            try:
+                _request(f"{base}/readyz")
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None
+                time.sleep(0.3)
+        there = _request(f"{base}/api/permalinks/{snapshot_id}")
+        trace_there = _request(f"{base}/api/permalinks/{snapshot_id}/session", "POST")["steps"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert {k: v for k, v in there.items() if k != "created_at"} == {
+        k: v for k, v in here.items() if k != "created_at"
+    }
+    assert len(trace_there) == 12
+    assert _untimed(trace_there) == _untimed(trace_here)
