@@ -174,15 +174,21 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import logging
+
     import uvicorn
 
     from app.main import create_app
     from app.settings import Settings
 
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     settings = Settings()
     host, port = args.host or settings.host, args.port or settings.port
     print(f"Maskscope is starting: open http://{host}:{port}/", flush=True)
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    # Our own access log carries request ids; uvicorn's would repeat every line without them.
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info", access_log=False)
     return 0
 
 

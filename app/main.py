@@ -15,7 +15,8 @@ from app.settings import Settings
 from app.web import api, pages
 from app.web.errors import install_error_handlers
 from app.web.limits import BodyLimit
-from app.web.state import STATIC_DIR, AppState
+from app.web.requestlog import RequestLog
+from app.web.state import STATIC_DIR, AppState, release_memory
 
 __all__ = ["create_app"]
 
@@ -31,12 +32,22 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     """
     state = AppState(settings or Settings(), engine)
 
+    async def sweep() -> None:
+        # Expire idle sessions even when no request comes to trigger it, and give their memory
+        # back to the system (KV caches grow by small reallocations that malloc keeps otherwise).
+        while True:
+            await asyncio.sleep(min(state.settings.session_ttl_s / 2, 30.0))
+            if state.sessions.expire():
+                await asyncio.to_thread(release_memory)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         loading = None
         if state.engine is None:
             loading = asyncio.get_running_loop().run_in_executor(None, state.load)
+        sweeper = asyncio.create_task(sweep())
         yield
+        sweeper.cancel()
         if loading is not None:
             await loading
         state.close()
@@ -50,6 +61,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.state.maskscope = state
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=state.settings.max_body_bytes)
+    app.add_middleware(RequestLog)
     app.include_router(api.router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

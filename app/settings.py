@@ -42,6 +42,8 @@ class Settings(BaseSettings):
         max_body_bytes: the largest request body accepted (413 beyond).
         max_sessions: live sessions kept at once; the least recently used idle one is evicted.
         session_ttl_s: a session unused for this long expires.
+        max_kv_mb: the KV caches of all sessions together; least recently used idle sessions
+            are evicted above it.
         db_path: the SQLite file that holds permalinks.
         snapshot_max_bytes: the largest permalink snapshot accepted.
         sandbox_workers: Pydantic sandbox processes running at once.
@@ -68,6 +70,7 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_sessions: int = Field(default=32, ge=1)
     session_ttl_s: float = Field(default=1800.0, gt=0)
+    max_kv_mb: int = Field(default=4096, ge=1)
     db_path: Path = Field(default_factory=_default_db_path)
     snapshot_max_bytes: int = Field(default=256 * 1024, ge=1024)
     sandbox_workers: int = Field(default=4, ge=1, le=64)

@@ -460,6 +460,16 @@
       else if (event.key === "ArrowLeft") { event.preventDefault(); enqueue(back); }
       else if (event.key === " ") { event.preventDefault(); enqueue(runOrPause); }
     });
+    document.body.addEventListener("htmx:afterRequest", (event) => {
+      if (event.detail.xhr && event.detail.xhr.status === 410 && ui.sessionId) {
+        // Expired or evicted: the toast says why; the next Step or Run starts a new session.
+        ui.sessionId = null;
+        ui.dirty = true;
+        setRunning(false);
+        const status = $("#status");
+        if (status) status.insertAdjacentHTML("beforeend", '<span class="badge bad">session ended: the next step starts a new one</span>');
+      }
+    });
     document.body.addEventListener("htmx:afterSettle", onSwap);
     document.body.addEventListener("htmx:oobAfterSwap", onSwap);
     document.body.addEventListener("htmx:sseMessage", refresh);

@@ -115,6 +115,7 @@ class GrammarCompiler:
         self._lock = threading.Lock()
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._workers = workers
+        self._closed = False
         for _ in range(workers):
             self._idle.put(_Worker(self._tokenizer_json))
 
@@ -178,6 +179,7 @@ class GrammarCompiler:
 
     def close(self) -> None:
         """Stop the worker processes."""
+        self._closed = True
         for _ in range(self._workers):
             self._idle.get().close()
 

@@ -22,6 +22,7 @@ from app.exceptions import ModelLoadError
 from app.settings import EMBEDDED_MODEL, Settings
 
 __all__ = [
+    "FairLock",
     "LoadedModel",
     "ModelIdentity",
     "load_model",
@@ -53,18 +54,42 @@ class ModelIdentity:
         return asdict(self)
 
 
+class FairLock:
+    """A lock granted in arrival order, so that sessions stepping at once take turns.
+
+    ``threading.Lock`` makes no promise of order: one busy run could starve the others.
+    """
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._next_ticket = 0
+        self._serving = 0
+
+    def __enter__(self) -> FairLock:
+        with self._condition:
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            self._condition.wait_for(lambda: self._serving == ticket)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._condition:
+            self._serving += 1
+            self._condition.notify_all()
+
+
 @dataclass
 class LoadedModel:
     """A causal LM ready to step, with its tokens and identity.
 
-    ``lock`` serialises forward passes: one model is shared by every session.
+    ``lock`` serialises forward passes, first come first served: one model serves every session.
     """
 
     model: Any
     tokens: Tokens
     device: torch.device
     identity: ModelIdentity
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: FairLock = field(default_factory=FairLock)
 
 
 def resolve_device(name: str) -> torch.device:

@@ -289,6 +289,16 @@ class Session:
         return None
 
     @property
+    def kv_bytes(self) -> int:
+        """Memory held by this session's KV cache."""
+        total = 0
+        for layer in getattr(self._cache, "layers", []):
+            for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+                if isinstance(tensor, torch.Tensor):
+                    total += tensor.numel() * tensor.element_size()
+        return total
+
+    @property
     def complete(self) -> bool:
         """Whether the output so far is a complete sentence of the grammar."""
         return bool(self._matcher.is_terminated() or self._matcher.is_completed())

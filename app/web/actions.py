@@ -101,7 +101,9 @@ async def create_session(state: AppState, engine: Engine, body: SessionIn) -> Se
     pydantic = None
     if resolved.pydantic is not None:
         pydantic = (body.grammar.source, body.grammar.options.root_model)
-    return state.sessions.add(session, request, pydantic)
+    handle = state.sessions.add(session, request, pydantic)
+    state.sessions.enforce_memory(keep=handle)
+    return handle
 
 
 def session_answer(handle: SessionHandle) -> dict[str, Any]:
@@ -155,7 +157,7 @@ def _idle(handle: SessionHandle) -> None:
         raise RunInProgress("a run is streaming for this session: pause it first")
 
 
-async def step(handle: SessionHandle, n: int) -> list[StepRecord]:
+async def step(state: AppState, handle: SessionHandle, n: int) -> list[StepRecord]:
     """Take ``n`` steps (fewer if the session stops); SessionFinished if it already has."""
     _idle(handle)
 
@@ -164,7 +166,9 @@ async def step(handle: SessionHandle, n: int) -> list[StepRecord]:
         return [first, *handle.session.run(n - 1)]
 
     async with handle.lock:
-        return await asyncio.to_thread(work)
+        records = await asyncio.to_thread(work)
+    state.sessions.enforce_memory(keep=handle)
+    return records
 
 
 async def back(handle: SessionHandle, n: int) -> None:
@@ -174,14 +178,19 @@ async def back(handle: SessionHandle, n: int) -> None:
         await asyncio.to_thread(handle.session.back, n)
 
 
-async def force(handle: SessionHandle, token_id: int, at: int | None) -> StepRecord:
+async def force(
+    state: AppState, handle: SessionHandle, token_id: int, at: int | None
+) -> StepRecord:
     """Force ``token_id`` at the next step, or at step ``at`` after going back to it."""
     _idle(handle)
     session = handle.session
     async with handle.lock:
         if at is None:
-            return await asyncio.to_thread(session.force, token_id)
-        return await asyncio.to_thread(session.force_at, at, token_id)
+            record = await asyncio.to_thread(session.force, token_id)
+        else:
+            record = await asyncio.to_thread(session.force_at, at, token_id)
+    state.sessions.enforce_memory(keep=handle)
+    return record
 
 
 async def replay(state: AppState, engine: Engine, body: ReplayIn) -> ReplayResult:

@@ -62,7 +62,7 @@ async def get_session(handle: HandleDep, state: StateDep) -> dict[str, Any]:
 @router.post("/api/sessions/{session_id}/step", tags=["sessions"])
 async def step(handle: HandleDep, state: StateDep, body: CountIn | None = None) -> dict[str, Any]:
     """Take ``n`` steps (409 if the session has stopped)."""
-    steps = await actions.step(handle, (body or CountIn()).n)
+    steps = await actions.step(state, handle, (body or CountIn()).n)
     return await actions.step_response(state, handle, steps)
 
 
@@ -76,7 +76,7 @@ async def back(handle: HandleDep, state: StateDep, body: CountIn | None = None) 
 @router.post("/api/sessions/{session_id}/force", tags=["sessions"])
 async def force(handle: HandleDep, state: StateDep, body: ForceIn) -> dict[str, Any]:
     """Force a token (409 with the reason when the mask blocks it; nothing changes then)."""
-    record = await actions.force(handle, body.token_id, body.at)
+    record = await actions.force(state, handle, body.token_id, body.at)
     return await actions.step_response(state, handle, [record])
 
 

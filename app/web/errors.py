@@ -89,7 +89,8 @@ async def _http_error(request: Request, error: Exception) -> Response:
 
 
 async def _unexpected(request: Request, error: Exception) -> Response:
-    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    request_id = getattr(request.state, "request_id", "-")
+    log.exception("%s unexpected error on %s %s", request_id, request.method, request.url.path)
     return error_response(
         request, 500, {"message": "internal error (a bug: please report it)", "code": "internal"}
     )

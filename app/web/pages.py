@@ -245,7 +245,7 @@ async def new_session(request: Request, state: StateDep, engine: EngineDep) -> H
 @router.post("/ui/sessions/{session_id}/step", response_class=HTMLResponse)
 async def step_fragment(state: StateDep, handle: HandleDep) -> HTMLResponse:
     """One step: its chip, with the inspector and status out of band."""
-    records = await actions.step(handle, 1)
+    records = await actions.step(state, handle, 1)
     return _fragments(state, *await _step_parts(state, handle, records))
 
 
@@ -274,7 +274,7 @@ async def force_fragment(request: Request, state: StateDep, handle: HandleDep) -
     except ValueError:
         raise InvalidInput("token_id and at must be integers") from None
     before = len(handle.session.steps)
-    record = await actions.force(handle, token_id, at)
+    record = await actions.force(state, handle, token_id, at)
     response = _fragments(state, *await _step_parts(state, handle, [record]))
     response.body = _deletions(record.index, before).encode() + response.body
     response.headers["content-length"] = str(len(response.body))

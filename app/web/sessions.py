@@ -53,11 +53,14 @@ class SessionStore:
         max_sessions: the cap; when full, the least recently used session that is not streaming
             is evicted (its page is told so), or the new one is refused (429).
         ttl_s: a session unused for this long expires.
+        max_kv_bytes: the KV caches of all sessions together; above it, the least recently used
+            idle sessions are evicted.
     """
 
-    def __init__(self, max_sessions: int, ttl_s: float) -> None:
+    def __init__(self, max_sessions: int, ttl_s: float, max_kv_bytes: int | None = None) -> None:
         self.max_sessions = max_sessions
         self.ttl_s = ttl_s
+        self.max_kv_bytes = max_kv_bytes
         self._live: OrderedDict[str, SessionHandle] = OrderedDict()
         self._ended: OrderedDict[str, str] = OrderedDict()
 
@@ -70,12 +73,15 @@ class SessionStore:
         while len(self._ended) > _FORGET_AFTER:
             self._ended.popitem(last=False)
 
-    def expire(self, now: float | None = None) -> None:
-        """End the sessions idle for longer than the time to live."""
+    def expire(self, now: float | None = None) -> int:
+        """End the sessions idle for longer than the time to live; returns how many ended."""
         now = time.monotonic() if now is None else now
+        ended = 0
         for handle in list(self._live.values()):
             if not handle.streaming and now - handle.last_used > self.ttl_s:
                 self._end(handle.id, "expired after being idle")
+                ended += 1
+        return ended
 
     def add(
         self,
@@ -99,6 +105,23 @@ class SessionStore:
         handle = SessionHandle(secrets.token_urlsafe(12), session, request, pydantic=pydantic)
         self._live[handle.id] = handle
         return handle
+
+    def kv_bytes(self) -> int:
+        """Memory held by the KV caches of all live sessions."""
+        return sum(h.session.kv_bytes for h in self._live.values())
+
+    def enforce_memory(self, keep: SessionHandle | None = None) -> None:
+        """Evict least recently used idle sessions while the KV caches exceed their budget."""
+        if self.max_kv_bytes is None:
+            return
+        total = self.kv_bytes()
+        for handle in list(self._live.values()):
+            if total <= self.max_kv_bytes:
+                return
+            if handle is keep or handle.streaming:
+                continue
+            total -= handle.session.kv_bytes
+            self._end(handle.id, "was evicted to free memory for other sessions")
 
     def get(self, session_id: str) -> SessionHandle:
         """The live session ``session_id``, marked as just used.

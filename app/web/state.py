@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import logging
 import threading
 from pathlib import Path
@@ -18,13 +20,22 @@ from app.store.permalinks import PermalinkStore
 from app.web import render
 from app.web.sessions import SessionStore
 
-__all__ = ["AppState", "STATIC_DIR", "TEMPLATES_DIR"]
+__all__ = ["AppState", "STATIC_DIR", "TEMPLATES_DIR", "release_memory"]
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parent.parent.parent
 STATIC_DIR = ROOT / "static"
 TEMPLATES_DIR = ROOT / "templates"
 _WAIT_FOR_MODEL_S = 120.0
+
+
+def release_memory() -> None:
+    """Collect garbage and return free heap pages to the system (glibc ``malloc_trim``)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 class AppState:
@@ -43,7 +54,9 @@ class AppState:
         self._ready = threading.Event()
         if engine is not None:
             self._ready.set()
-        self.sessions = SessionStore(settings.max_sessions, settings.session_ttl_s)
+        self.sessions = SessionStore(
+            settings.max_sessions, settings.session_ttl_s, settings.max_kv_mb * 1024 * 1024
+        )
         limits = Limits(
             cpu_s=settings.sandbox_cpu_s,
             memory_bytes=settings.sandbox_memory_mb * 1024 * 1024,

