@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 import httpx
-
-ROOT = Path(__file__).resolve().parent.parent
+from live_server import ROOT, live_server
 
 
 def _rss_mb(pid: int) -> float:
@@ -30,13 +26,6 @@ def _rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _session_body(steps: int) -> dict[str, object]:
@@ -74,31 +63,22 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--ttl", type=float, default=15.0, help="session lifetime (s)")
     args = parser.parse_args()
-    port = _port()
-    base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "MASKSCOPE_SESSION_TTL_S": str(args.ttl),
+    env = {"MASKSCOPE_SESSION_TTL_S": str(args.ttl),
            "MASKSCOPE_MAX_SESSIONS": str(max(32, args.sessions * 2))}  # fmt: skip
-    server = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port)],
-                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 300
-        while httpx.get(f"{base}/readyz").status_code != 200 if _up(base) else True:
-            assert time.monotonic() < deadline and server.poll() is None, "server did not start"
-            time.sleep(0.5)
+    with live_server(env) as (base, pid):
         warm: list[list[float]] = []
         errors: list[str] = []
         for _ in range(2):  # warm-up: compile caches, allocator pools, first-forward costs
             _run_session(base, args.steps, warm, errors)
         time.sleep(args.ttl + min(args.ttl / 2, 30) + 2)  # the warm-up sessions expire
-        baseline = _rss_mb(server.pid)
+        baseline = _rss_mb(pid)
 
         peak = [baseline]
         done = threading.Event()
 
         def sample() -> None:
             while not done.is_set():
-                peak.append(_rss_mb(server.pid))
+                peak.append(_rss_mb(pid))
                 time.sleep(0.25)
 
         sampler = threading.Thread(target=sample)
@@ -115,10 +95,7 @@ def main() -> int:
         done.set()
         sampler.join()
         time.sleep(args.ttl + min(args.ttl / 2, 30) + 2)  # every session expires
-        after = _rss_mb(server.pid)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+        after = _rss_mb(pid)
 
     tokens = sum(len(times) for times in arrivals)
     gaps = [(b - a) * 1000 for times in arrivals for a, b in zip(times, times[1:], strict=False)]
@@ -134,14 +111,6 @@ def main() -> int:
     )
     print(f"answers that were not 2xx: {len(errors)} {json.dumps(errors) if errors else ''}")
     return 0 if not errors and after <= baseline * 1.2 else 1
-
-
-def _up(base: str) -> bool:
-    try:
-        httpx.get(f"{base}/healthz", timeout=2)
-    except httpx.HTTPError:
-        return False
-    return True
 
 
 if __name__ == "__main__":

@@ -13,19 +13,13 @@ Usage: ``.venv/bin/python bench/web_latency.py [--steps 30]`` (needs /usr/bin/ch
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
-import time
-import urllib.request
-from pathlib import Path
 
+import httpx
+from live_server import live_server
 from playwright.sync_api import Page, sync_playwright
 
-ROOT = Path(__file__).resolve().parent.parent
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
 WAIT_FOR_CHIP = """(index) => new Promise((resolve) => {
@@ -56,23 +50,9 @@ RUN_ARRIVALS = """() => new Promise((resolve) => {
 })"""
 
 
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _get(url: str) -> dict[str, object]:
-    with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 (loopback)
-        data: dict[str, object] = json.loads(response.read())
-        return data
-
-
 def _session_steps(base: str, page: Page) -> list[dict[str, float]]:
     session_id = page.locator("#session").get_attribute("data-session-id")
-    steps = _get(f"{base}/api/sessions/{session_id}")["steps"]
-    assert isinstance(steps, list)
+    steps: list[dict[str, float]] = httpx.get(f"{base}/api/sessions/{session_id}").json()["steps"]
     return steps
 
 
@@ -80,22 +60,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
     args = parser.parse_args()
-    port = _port()
-    base = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--port", str(port)], cwd=ROOT,
-        env={**os.environ, "MASKSCOPE_COMPILE_WORKERS": "1"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                _get(f"{base}/readyz")
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the server did not become ready"
-                time.sleep(0.5)
+    with live_server({"MASKSCOPE_COMPILE_WORKERS": "1"}) as (base, _):
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
             page = browser.new_page(viewport={"width": 1280, "height": 800})
@@ -112,9 +77,6 @@ def main() -> int:
             arrivals = page.evaluate(RUN_ARRIVALS)
             steps = _session_steps(base, page)
             browser.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
     n = len(arrivals)
     page_rate = (n - 1) / ((arrivals[-1] - arrivals[0]) / 1000)

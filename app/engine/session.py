@@ -97,6 +97,27 @@ class Session:
         data = b"".join(self._tokens.output_bytes(s.token_id) for s in self.steps)
         return data.decode("utf-8", errors="replace")
 
+    @property
+    def kv_bytes(self) -> int:
+        """Memory held by this session's KV cache."""
+        total = 0
+        for layer in getattr(self._cache, "layers", []):
+            for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+                if isinstance(tensor, torch.Tensor):
+                    total += tensor.numel() * tensor.element_size()
+        return total
+
+    @property
+    def complete(self) -> bool:
+        """Whether the output so far is a complete sentence of the grammar."""
+        return bool(self._matcher.is_terminated() or self._matcher.is_completed())
+
+    def validation(self) -> Validation | None:
+        """The verdict on the output against the source, once the session has stopped."""
+        if not self.done:
+            return None
+        return validate_output(self.grammar.spec, self.text, complete=self.complete)
+
     def step(self) -> StepRecord:
         """Generate one token under the mask.
 
@@ -117,12 +138,6 @@ class Session:
         self._check_token_id(token_id)
         with self._lock:
             return self._step(token_id)
-
-    def _check_token_id(self, token_id: int) -> None:
-        if not 0 <= token_id < self._tokens.vocab_size:
-            raise InvalidInput(
-                f"token_id must be between 0 and {self._tokens.vocab_size - 1}, got {token_id}"
-            )
 
     def force_at(self, index: int, token_id: int) -> StepRecord:
         """Go back to step ``index`` and force ``token_id`` there: "what if it had said X?".
@@ -158,6 +173,12 @@ class Session:
             raise InvalidInput(f"n must be at least 1, got {n}")
         with self._lock:
             self._back(n)
+
+    def _check_token_id(self, token_id: int) -> None:
+        if not 0 <= token_id < self._tokens.vocab_size:
+            raise InvalidInput(
+                f"token_id must be between 0 and {self._tokens.vocab_size - 1}, got {token_id}"
+            )
 
     def _back(self, n: int) -> None:
         n = min(n, len(self.steps))
@@ -287,24 +308,3 @@ class Session:
         if len(self.steps) >= self.max_tokens:
             return StopReason.MAX_TOKENS
         return None
-
-    @property
-    def kv_bytes(self) -> int:
-        """Memory held by this session's KV cache."""
-        total = 0
-        for layer in getattr(self._cache, "layers", []):
-            for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-                if isinstance(tensor, torch.Tensor):
-                    total += tensor.numel() * tensor.element_size()
-        return total
-
-    @property
-    def complete(self) -> bool:
-        """Whether the output so far is a complete sentence of the grammar."""
-        return bool(self._matcher.is_terminated() or self._matcher.is_completed())
-
-    def validation(self) -> Validation | None:
-        """The verdict on the output against the source, once the session has stopped."""
-        if not self.done:
-            return None
-        return validate_output(self.grammar.spec, self.text, complete=self.complete)

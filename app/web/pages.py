@@ -35,9 +35,11 @@ def _render(
     return response
 
 
-def _fragments(state: AppState, *parts: tuple[str, dict[str, Any]]) -> HTMLResponse:
+def _fragments(
+    state: AppState, *parts: tuple[str, dict[str, Any]], prefix: str = ""
+) -> HTMLResponse:
     html = "".join(state.templates.get_template(name).render(ctx) for name, ctx in parts)
-    return HTMLResponse(html)
+    return HTMLResponse(prefix + html)
 
 
 def _validated(model: type[Any], data: dict[str, Any]) -> Any:
@@ -258,10 +260,8 @@ async def back_fragment(state: StateDep, handle: HandleDep) -> HTMLResponse:
     """One step back: the last chip is removed."""
     before = len(handle.session.steps)
     await actions.back(handle, 1)
-    response = _fragments(state, *await _step_parts(state, handle, []))
-    response.body = _deletions(len(handle.session.steps), before).encode() + response.body
-    response.headers["content-length"] = str(len(response.body))
-    return response
+    removed = _deletions(len(handle.session.steps), before)
+    return _fragments(state, *await _step_parts(state, handle, []), prefix=removed)
 
 
 @router.post("/ui/sessions/{session_id}/force", response_class=HTMLResponse)
@@ -275,10 +275,8 @@ async def force_fragment(request: Request, state: StateDep, handle: HandleDep) -
         raise InvalidInput("token_id and at must be integers") from None
     before = len(handle.session.steps)
     record = await actions.force(state, handle, token_id, at)
-    response = _fragments(state, *await _step_parts(state, handle, [record]))
-    response.body = _deletions(record.index, before).encode() + response.body
-    response.headers["content-length"] = str(len(response.body))
-    return response
+    removed = _deletions(record.index, before)
+    return _fragments(state, *await _step_parts(state, handle, [record]), prefix=removed)
 
 
 @router.post("/ui/sessions/{session_id}/run", response_class=HTMLResponse)
