@@ -56,12 +56,17 @@ def _grammar_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root-model", help="Pydantic: the model to use (default: the last)")
 
 
+def _kind(args: argparse.Namespace) -> str:
+    kind: str | None = args.kind or _KIND_BY_SUFFIX.get(args.schema.suffix)
+    if kind is None:
+        raise SystemExit(f"cannot tell the kind of {args.schema} from its extension: use --kind")
+    return kind
+
+
 def _spec(args: argparse.Namespace) -> GrammarSpec:
     from app.engine import CompileOptions, GrammarKind, GrammarSpec
 
-    kind = args.kind or _KIND_BY_SUFFIX.get(args.schema.suffix)
-    if kind is None:
-        raise SystemExit(f"cannot tell the kind of {args.schema} from its extension: use --kind")
+    kind = _kind(args)
     source = args.schema.read_text(encoding="utf-8")
     options = CompileOptions(any_whitespace=args.any_whitespace)
     if kind == "pydantic":
@@ -115,11 +120,7 @@ def _trace(args: argparse.Namespace) -> int:
             record = session.step()
             print(json.dumps(record.to_dict()) if args.json else _step_line(record), flush=True)
         validation = session.validation()
-        if (
-            validation is not None
-            and args.schema.suffix == ".py"
-            and args.kind in (None, "pydantic")
-        ):
+        if validation is not None and _kind(args) == "pydantic":
             from app.sandbox.sandbox import Sandbox
 
             source = args.schema.read_text(encoding="utf-8")

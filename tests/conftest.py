@@ -29,7 +29,8 @@ def engine(settings: Settings) -> Iterator[Engine]:
     loaded.close()
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -39,7 +40,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def live_server(engine: Engine) -> Iterator[str]:
     """The app served by uvicorn in a thread, sharing the test session's engine."""
-    port = _free_port()
+    port = free_port()
     config = uvicorn.Config(create_app(Settings(), engine=engine), port=port, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

@@ -156,6 +156,8 @@ class GrammarCompiler:
             "source": spec.source,
             "options": spec.options.to_dict(),
         }
+        if self._closed:  # its workers are gone: waiting for one would wait forever
+            raise GrammarError("the grammar compiler has been shut down")
         worker = self._idle.get()
         try:
             return worker.request(payload, self._timeout_s)

@@ -105,10 +105,7 @@ async def events(
     if last_event_id is not None and last_event_id.isdigit():
         after = int(last_event_id)
 
-    def render(name: str, context: dict[str, Any]) -> str:
-        return state.templates.get_template(name).render(context)
-
-    stream = run_events(request, state, handle, after=after, fmt=fmt, render=render)
+    stream = run_events(request, state, handle, after=after, fmt=fmt)
     return EventSourceResponse(stream, ping=15)
 
 

@@ -26,19 +26,15 @@ __all__ = ["router"]
 router = APIRouter(include_in_schema=False)
 
 
-def _render(
-    state: AppState, request: Request, name: str, context: dict[str, Any], status: int = 200
-) -> HTMLResponse:
-    response: HTMLResponse = state.templates.TemplateResponse(
-        request, name, context, status_code=status
-    )
+def _render(state: AppState, request: Request, name: str, context: dict[str, Any]) -> HTMLResponse:
+    response: HTMLResponse = state.templates.TemplateResponse(request, name, context)
     return response
 
 
 def _fragments(
     state: AppState, *parts: tuple[str, dict[str, Any]], prefix: str = ""
 ) -> HTMLResponse:
-    html = "".join(state.templates.get_template(name).render(ctx) for name, ctx in parts)
+    html = "".join(state.render(name, ctx) for name, ctx in parts)
     return HTMLResponse(prefix + html)
 
 

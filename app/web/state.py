@@ -8,6 +8,7 @@ import gc
 import logging
 import threading
 from pathlib import Path
+from typing import Any
 
 from fastapi.templating import Jinja2Templates
 
@@ -66,6 +67,10 @@ class AppState:
         self.store = PermalinkStore(settings.db_path, max_bytes=settings.snapshot_max_bytes)
         self.templates = Jinja2Templates(directory=TEMPLATES_DIR)
         render.install(self.templates.env)
+
+    def render(self, name: str, context: dict[str, Any]) -> str:
+        """A template rendered to a string (fragments, stream events)."""
+        return self.templates.get_template(name).render(context)
 
     @property
     def ready(self) -> bool:

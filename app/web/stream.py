@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fastapi import Request
@@ -16,8 +16,6 @@ from app.web.state import AppState
 
 __all__ = ["run_events"]
 
-Render = Callable[[str, dict[str, Any]], str]
-
 
 async def run_events(
     request: Request,
@@ -26,7 +24,6 @@ async def run_events(
     *,
     after: int,
     fmt: Literal["html", "json"],
-    render: Render,
 ) -> AsyncIterator[dict[str, Any]]:
     """Send the steps after index ``after``, then generate until done, paused or disconnected.
 
@@ -47,7 +44,7 @@ async def run_events(
         if fmt == "json":
             data = json.dumps(record.to_dict())
         else:
-            data = render("partials/_chip.html", {"step": record, "with_bitmask": True})
+            data = state.render("partials/_chip.html", {"step": record, "with_bitmask": True})
         return {"event": "step", "id": str(record.index), "data": data}
 
     try:
@@ -67,7 +64,7 @@ async def run_events(
         if fmt == "json":
             data = json.dumps({**answer, "paused": not session.done})
         else:
-            data = render("partials/_status.html", {"state": answer, "handle": handle})
+            data = state.render("partials/_status.html", {"state": answer, "handle": handle})
         yield {"event": event, "data": data}
         yield {"event": "end", "data": ""}
     finally:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from fastapi.testclient import TestClient
 from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
+from tests.conftest import free_port
 from tests.web.conftest import session_body
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -120,13 +120,6 @@ def test_a_trace_downloads_as_json(api: TestClient) -> None:
     assert len(body["steps"]) == 3 and body["model"]["model_id"] and body["request"]["grammar"]
 
 
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _request(url: str, method: str = "GET") -> Any:
     with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=120) as r:
         return json.loads(r.read())
@@ -138,7 +131,7 @@ def test_a_new_process_on_the_same_db_reopens_the_same_trace(
     snapshot_id = _share(api, actions=[{"op": "step", "n": 12}]).json()["id"]
     here = api.get(f"/api/permalinks/{snapshot_id}").json()
     trace_here = api.post(f"/api/permalinks/{snapshot_id}/session").json()["steps"]
-    port = _port()
+    port = free_port()
     env = {**os.environ, "MASKSCOPE_DB_PATH": str(db_path), "MASKSCOPE_COMPILE_WORKERS": "1"}
     server = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port)],
                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
