@@ -25,6 +25,7 @@ __all__ = [
     "FairLock",
     "LoadedModel",
     "ModelIdentity",
+    "checkpoint_source",
     "load_model",
     "resolve_device",
     "resolve_dtype",
@@ -174,6 +175,12 @@ def _resolve_source(settings: Settings) -> tuple[str, str]:
     if settings.model == EMBEDDED_MODEL:
         return str(_embedded_checkpoint(settings.cache_dir)), _EMBEDDED_ID
     return settings.model, settings.model
+
+
+def checkpoint_source(settings: Settings) -> str:
+    """The directory or hub id the configured model loads from (the embedded model's converted
+    copy, made once if missing): what a vLLM server must serve to run the same weights."""
+    return _resolve_source(settings)[0]
 
 
 def _weights_sha256(source: str, cache_dir: Path) -> str:
