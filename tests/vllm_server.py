@@ -1,7 +1,9 @@
 """A real ``vllm serve`` (the CPU build in ``.venv-vllm``) for the remote-engine tests.
 
 Starting one takes minutes on a small machine, so the test session starts it in the background
-as soon as remote tests are collected, and the fixture that needs it waits for it to be ready.
+as soon as remote tests are collected, at the lowest CPU priority so that the tests running
+meanwhile keep their speed, and the fixture that needs it waits for it to be ready and gives it
+back a normal priority.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 #: The vllm executable: ``MASKSCOPE_TEST_VLLM``, else the project's own ``.venv-vllm``.
 VLLM = Path(os.environ.get("MASKSCOPE_TEST_VLLM") or ROOT / ".venv-vllm" / "bin" / "vllm")
+_BACKGROUND_NICE = 19
 
 
 class VllmServer:
@@ -45,27 +48,34 @@ class VllmServer:
             vllm=str(VLLM), model_dir=model_dir, host="127.0.0.1", port=port
         ) + list(extra)
         self._process: subprocess.Popen[bytes] | None = None
-        self._started = 0.0
-        self.startup_s: float | None = None
 
     def start(self) -> None:
-        """Launch the server in its own process group; returns at once."""
+        """Launch the server in its own process group, niced; returns at once."""
         assert VLLM.exists(), f"{VLLM} is missing: run `make vllm-install` (`make test` does)"
         ARTIFACTS.mkdir(exist_ok=True)
+        # A niced start-up may wait longer than vLLM's default 600 s for its engine process.
+        environment = vllm_environment(os.environ) | {"VLLM_ENGINE_READY_TIMEOUT_S": "3600"}
         with self.log_path.open("wb") as log:
             self._process = subprocess.Popen(
                 self._command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=vllm_environment(os.environ),
+                env=environment,
                 start_new_session=True,
             )
-        self._started = time.monotonic()
+        # Set before vLLM forks its engine processes (its imports take seconds): they inherit it.
+        os.setpriority(os.PRIO_PROCESS, self._process.pid, _BACKGROUND_NICE)
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Wait until ``GET /health`` answers 200; fail with the log's tail if it never does."""
+        """Wait up to ``timeout_s`` more for ``GET /health`` to answer 200; fail with the log's
+        tail if it does not."""
         assert self._process is not None, "start() first"
-        deadline = self._started + timeout_s
+        try:  # back to a normal priority, for the whole group, now that tests wait for it
+            os.setpriority(os.PRIO_PGRP, self._process.pid, 0)
+        except PermissionError:  # lowering a nice value needs CAP_SYS_NICE: stay niced
+            pass
+        # Counted from now: a server started in the background may have waited for a long suite.
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 raise AssertionError(
@@ -73,7 +83,6 @@ class VllmServer:
                 )
             try:
                 if httpx.get(f"{self.root_url}/health", timeout=2).status_code == 200:
-                    self.startup_s = self.startup_s or time.monotonic() - self._started
                     return
             except httpx.TransportError:
                 pass
