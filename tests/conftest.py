@@ -27,6 +27,7 @@ _VLLM_STARTUP_S = 900.0
 _vllm_servers: dict[str, VllmServer] = {}
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected what will not run
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Start the vLLM servers that the collected tests use (each once, in the background), and
     run the tests that use them last, so that they start while the other tests run."""
