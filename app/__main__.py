@@ -71,8 +71,9 @@ def _spec(args: argparse.Namespace) -> GrammarSpec:
     options = CompileOptions(any_whitespace=args.any_whitespace)
     if kind == "pydantic":
         from app.sandbox.sandbox import Sandbox
+        from app.settings import Settings
 
-        derived = Sandbox().schema(source, args.root_model)
+        derived = Sandbox.from_settings(Settings()).schema(source, args.root_model)
         return GrammarSpec(GrammarKind.JSON_SCHEMA, json.dumps(derived.schema, indent=2), options)
     return GrammarSpec(GrammarKind(kind), source, options)
 
@@ -124,7 +125,9 @@ def _trace(args: argparse.Namespace) -> int:
             from app.sandbox.sandbox import Sandbox
 
             source = args.schema.read_text(encoding="utf-8")
-            validation = Sandbox().validate(source, args.root_model, session.text)
+            validation = Sandbox.from_settings(Settings()).validate(
+                source, args.root_model, session.text
+            )
     finally:
         engine.close()
     reason = session.stop_reason.value if session.stop_reason else None

@@ -134,6 +134,14 @@ class PydanticFailed(GrammarError):
     code = "pydantic_error"
 
 
+class SandboxUnconfined(GrammarError):
+    """Pydantic sources are refused: the sandbox runs below the containment level the operator
+    allows (the kernel lacks Landlock or seccomp), so a source that escaped the static check
+    could harm the server."""
+
+    code = "sandbox_unconfined"
+
+
 _BY_CODE: dict[str, type[MaskscopeError]] = {
     c.code: c
     for c in (
@@ -144,6 +152,7 @@ _BY_CODE: dict[str, type[MaskscopeError]] = {
         SessionFinished,
         SourceRefused,
         PydanticFailed,
+        SandboxUnconfined,
     )
 }
 

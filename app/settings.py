@@ -50,6 +50,9 @@ class Settings(BaseSettings):
         sandbox_cpu_s: CPU seconds a sandbox process may use.
         sandbox_memory_mb: memory a sandbox process may map.
         sandbox_timeout_s: wall-clock limit of a sandbox process.
+        sandbox_allow_weak_containment: the weakest containment level of the Pydantic sandbox
+            accepted below ``full``: ``seccomp`` (no Landlock) or ``none``; unset, Pydantic
+            sources are refused unless the kernel contains the sandbox fully.
         host: address ``python -m app serve`` binds by default.
         port: port ``python -m app serve`` binds by default.
     """
@@ -77,5 +80,6 @@ class Settings(BaseSettings):
     sandbox_cpu_s: int = Field(default=5, ge=1, le=60)
     sandbox_memory_mb: int = Field(default=1024, ge=256)
     sandbox_timeout_s: float = Field(default=15.0, gt=0)
+    sandbox_allow_weak_containment: Literal["seccomp", "none"] | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)

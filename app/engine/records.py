@@ -1,6 +1,7 @@
 """Plain records the engine returns: steps, replays, validations. Templates and JSON render them.
 
-Field meanings are the public contract (``shared/API.md``, "Step record" and "Replay").
+Field meanings are the public contract (``shared/API.md``, "Step record" and "Replay"). The
+validation records live in :mod:`app.verdicts` (the sandbox returns them too) and are re-exported.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import base64
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
+
+from app.verdicts import Validation, ValidationError
 
 __all__ = [
     "Rejection",
@@ -136,23 +139,3 @@ class ReplayResult:
             "tokens": [t.to_dict() for t in self.tokens],
             "rejection": self.rejection.to_dict() if self.rejection else None,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class ValidationError:
-    """One way the output breaks the source's own semantics."""
-
-    path: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class Validation:
-    """The verdict on a finished output, checked against the source (not the grammar)."""
-
-    valid: bool
-    errors: tuple[ValidationError, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {"valid": self.valid, "errors": [dataclasses.asdict(e) for e in self.errors]}

@@ -12,53 +12,25 @@ import ast
 import io
 import math
 import tokenize
+import types
 import unicodedata
 from dataclasses import dataclass
 from typing import Literal
 
 from app.exceptions import SourceRefused
+from app.sandbox.reach import (
+    ALLOWED_CALLS,
+    ALLOWED_MODULES,
+    Unreachable,
+    allowed_call,
+    follow,
+    imported,
+    is_type_argument,
+    special_form,
+)
 
 __all__ = ["ALLOWED_MODULES", "check_source"]
 
-ALLOWED_MODULES = frozenset(
-    {
-        "typing",
-        "typing_extensions",
-        "pydantic",
-        "annotated_types",
-        "enum",
-        "datetime",
-        "decimal",
-        "uuid",
-    }  # fmt: skip
-)
-ALLOWED_CALLS = frozenset(
-    {
-        "Field",
-        "ConfigDict",
-        "conint",
-        "constr",
-        "confloat",
-        "conlist",
-        "conset",
-        "condecimal",
-        "conbytes",
-        "condate",
-        "StringConstraints",
-        "Ge",
-        "Gt",
-        "Le",
-        "Lt",
-        "MinLen",
-        "MaxLen",
-        "Len",
-        "MultipleOf",
-        "Interval",
-        "Strict",
-        "auto",
-        "TypeVar",
-    }  # fmt: skip
-)
 BUILTIN_TYPES = frozenset(
     {"int", "float", "str", "bool", "bytes", "list", "dict", "set", "frozenset", "tuple"}
 )
@@ -122,13 +94,15 @@ def _scan_tokens(source: str) -> None:
 
 class _Checker:
     def __init__(self, tree: ast.Module) -> None:
-        self.names: set[str] = set(BUILTIN_TYPES)
+        self.imported: dict[str, object] = {}  # what each imported name is bound to
+        self.defined: set[str] = set()
         for node in tree.body:  # classes and aliases may be used before they are defined
             if isinstance(node, ast.ClassDef):
-                self.names.add(node.name)
+                self.defined.add(node.name)
             elif isinstance(node, ast.Assign | ast.AnnAssign):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                self.names.update(t.id for t in targets if isinstance(t, ast.Name))
+                self.defined.update(t.id for t in targets if isinstance(t, ast.Name))
+        self.names: set[str] = set(BUILTIN_TYPES | self.defined)
 
     # ---- statements ----
     def module(self, tree: ast.Module) -> None:
@@ -166,24 +140,36 @@ class _Checker:
 
     def _import_from(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
-        if node.level or module.split(".")[0] not in ALLOWED_MODULES:
-            allowed = ", ".join(sorted(ALLOWED_MODULES))
-            raise _refuse(node, f"importing from {module or '.'!r} is not allowed (only {allowed})")
+        self._allowed_module(node, module, f"importing from {module or '.'!r}", node.level)
         for alias in node.names:
             if alias.name == "*":
                 raise _refuse(node, "import * is not allowed: name what you import")
-            self._check_name(node, alias.name)
-            self._check_name(node, alias.asname or alias.name)
-            self.names.add(alias.asname or alias.name)
+            self._bind(node, alias.asname or alias.name, _lookup(node, module, [alias.name]))
 
     def _import(self, node: ast.Import) -> None:
         for alias in node.names:
-            if alias.name.split(".")[0] not in ALLOWED_MODULES:
-                allowed = ", ".join(sorted(ALLOWED_MODULES))
-                raise _refuse(node, f"importing {alias.name!r} is not allowed (only {allowed})")
-            bound = alias.asname or alias.name.split(".")[0]
-            self._check_name(node, bound)
-            self.names.add(bound)
+            module = alias.name
+            self._allowed_module(node, module, f"importing {module!r}")
+            value = _lookup(node, module)
+            if alias.asname is None:  # ``import a.b`` binds ``a``
+                top = module.split(".")[0]
+                self._bind(node, top, _lookup(node, top))
+            else:
+                self._bind(node, alias.asname, value)
+
+    def _allowed_module(self, node: ast.AST, module: str, doing: str, level: int = 0) -> None:
+        if level or module.split(".")[0] not in ALLOWED_MODULES:
+            allowed = ", ".join(sorted(ALLOWED_MODULES))
+            raise _refuse(node, f"{doing} is not allowed (only {allowed})")
+        for part in module.split("."):
+            self._check_name(node, part)
+
+    def _bind(self, node: ast.AST, name: str, value: object) -> None:
+        self._check_name(node, name)
+        if name in self.defined:
+            raise _refuse(node, f"the name {name!r} is both imported and defined in the source")
+        self.imported[name] = value
+        self.names.add(name)
 
     def _targets(self, targets: list[ast.expr]) -> None:
         for target in targets:
@@ -239,17 +225,17 @@ class _Checker:
             self._check_name(node, node.id)
             if node.id not in self.names:
                 raise _refuse(node, f"the name {node.id!r} is not defined or not allowed here")
+            self._not_a_module(node, node.id, self.imported.get(node.id))
             return []
         if isinstance(node, ast.Attribute):
-            self._check_name(node, node.attr)
-            if not isinstance(node.value, ast.Name | ast.Attribute):
-                raise _refuse(node, "attributes are allowed only on names")
-            return [(node.value, ctx)]
+            return self._attribute(node, ctx)
         if isinstance(node, ast.Subscript):
             return self._subscript(node, ctx)
         if isinstance(node, ast.Tuple | ast.List):
             return [(e, ctx) for e in node.elts]
         if isinstance(node, ast.Dict):
+            if ctx == "type":  # pydantic takes a dict in a type for a core schema (with callables)
+                raise _refuse(node, "a dict is not a type (pydantic takes it for a core schema)")
             for key in node.keys:
                 if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
                     raise _refuse(node, "dictionary keys must be strings")
@@ -262,6 +248,39 @@ class _Checker:
         if isinstance(node, ast.Call):
             return self._call(node)
         raise _refuse(node, f"{_describe(node)} is not allowed here")
+
+    def _attribute(self, node: ast.Attribute, ctx: Context) -> list[tuple[ast.AST, Context]]:
+        self._check_name(node, node.attr)
+        if not isinstance(node.value, ast.Name | ast.Attribute):
+            raise _refuse(node, "attributes are allowed only on names")
+        chain = _chain(node)
+        if chain is None or chain[0] not in self.imported:
+            return [(node.value, ctx)]
+        for part in chain:
+            self._check_name(node, part)
+        try:  # on the real objects: the chain must not leave the allowed modules
+            value = follow(self.imported[chain[0]], chain[1:], chain[0])
+        except Unreachable as error:
+            raise _refuse(node, str(error)) from None
+        self._not_a_module(node, ".".join(chain), value)
+        return []
+
+    @staticmethod
+    def _not_a_module(node: ast.AST, shown: str, value: object) -> None:
+        if isinstance(value, types.ModuleType):  # a module held as a value escapes ``follow``
+            raise _refuse(node, f"the module {shown!r} may only be used as {shown}.Name")
+
+    def _resolve(self, node: ast.AST) -> object:
+        """What an imported name or a chain from one is; None for anything else."""
+        chain = _chain(node) if isinstance(node, ast.Attribute) else None
+        if isinstance(node, ast.Name):
+            chain = [node.id]
+        if not chain or chain[0] not in self.imported:
+            return None
+        try:
+            return follow(self.imported[chain[0]], chain[1:], chain[0])
+        except Unreachable:
+            return None
 
     def _constant(self, node: ast.Constant, ctx: Context) -> list[tuple[ast.AST, Context]]:
         value = node.value
@@ -287,13 +306,14 @@ class _Checker:
 
     def _subscript(self, node: ast.Subscript, ctx: Context) -> list[tuple[ast.AST, Context]]:
         base = node.value
-        name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
         items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        if name == "Literal":
+        form = special_form(self._resolve(base))
+        if form == "Literal":
             return [(base, ctx), *((i, "value") for i in items)]
-        if name == "Annotated" and items:
+        if form == "Annotated" and items:
             return [(base, ctx), (items[0], "type"), *((i, "value") for i in items[1:])]
-        return [(base, ctx), *((i, ctx) for i in items)]
+        # typing turns the strings in any other subscript into forward references
+        return [(base, ctx), *((i, "type") for i in items)]
 
     def _call(self, node: ast.Call) -> list[tuple[ast.AST, Context]]:
         func = node.func
@@ -303,17 +323,42 @@ class _Checker:
             raise _refuse(
                 node, f"calling {shown} is not allowed (only {', '.join(sorted(ALLOWED_CALLS))})"
             )
+        if allowed_call(self._resolve(func)) != name:  # an allowed name bound to something else
+            raise _refuse(
+                node,
+                f"calling {name} is not allowed: it is not the {name} imported "
+                "from pydantic, annotated_types, enum or typing",
+            )
         children: list[tuple[ast.AST, Context]] = [(func, "value")]
-        for arg in node.args:
+        for position, arg in enumerate(node.args):
             if isinstance(arg, ast.Starred):
                 raise _refuse(arg, "*args are not allowed")
-            children.append((arg, "value"))
+            typed = is_type_argument(name, position=position)
+            children.append((arg, "type" if typed else "value"))
         for keyword in node.keywords:
             if keyword.arg is None:
                 raise _refuse(keyword.value, "**kwargs are not allowed")
             self._check_name(keyword.value, keyword.arg)
-            children.append((keyword.value, "value"))
+            typed = is_type_argument(name, keyword=keyword.arg)
+            children.append((keyword.value, "type" if typed else "value"))
         return children
+
+
+def _lookup(node: ast.AST, module: str, names: list[str] | None = None) -> object:
+    try:
+        return imported(module, names or [])
+    except Unreachable as error:
+        raise _refuse(node, str(error)) from None
+
+
+def _chain(node: ast.Attribute) -> list[str] | None:
+    """``a.b.c`` as ``["a", "b", "c"]``; None when it does not start from a name."""
+    parts: list[str] = []
+    current: ast.expr = node
+    while isinstance(current, ast.Attribute):
+        parts.append(current.attr)
+        current = current.value
+    return [current.id, *reversed(parts)] if isinstance(current, ast.Name) else None
 
 
 def _describe(node: ast.AST) -> str:

@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 STATUS: dict[type[exc.MaskscopeError], int] = {
     exc.GrammarError: 422,
     exc.GrammarTooComplex: 422,
+    exc.SandboxUnconfined: 422,
     exc.InvalidInput: 422,
     exc.TokenRefused: 409,
     exc.SessionFinished: 409,

@@ -14,7 +14,6 @@ from fastapi.templating import Jinja2Templates
 
 from app.engine import Engine
 from app.exceptions import NotReady
-from app.sandbox.process import Limits
 from app.sandbox.sandbox import Sandbox
 from app.settings import Settings
 from app.store.permalinks import PermalinkStore
@@ -58,12 +57,7 @@ class AppState:
         self.sessions = SessionStore(
             settings.max_sessions, settings.session_ttl_s, settings.max_kv_mb * 1024 * 1024
         )
-        limits = Limits(
-            cpu_s=settings.sandbox_cpu_s,
-            memory_bytes=settings.sandbox_memory_mb * 1024 * 1024,
-            wall_s=settings.sandbox_timeout_s,
-        )
-        self.sandbox = Sandbox(limits, workers=settings.sandbox_workers)
+        self.sandbox = Sandbox.from_settings(settings)
         self.store = PermalinkStore(settings.db_path, max_bytes=settings.snapshot_max_bytes)
         self.templates = Jinja2Templates(directory=TEMPLATES_DIR)
         render.install(self.templates.env)
