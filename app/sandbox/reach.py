@@ -10,6 +10,7 @@ refuses one that leaves the allowed modules.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import types
@@ -114,10 +115,11 @@ def imported(module: str, names: Sequence[str] = ()) -> object:
     """
     try:
         value: object = importlib.import_module(module)
-        if names and not hasattr(value, names[0]):  # ``from package import submodule``
-            importlib.import_module(f"{module}.{names[0]}")
     except Exception as error:  # any failure to import is a refusal
         raise Unreachable(f"{module!r} cannot be imported: {error}") from None
+    if names and not hasattr(value, names[0]):  # ``from package import submodule``
+        with contextlib.suppress(Exception):
+            importlib.import_module(f"{module}.{names[0]}")
     return follow(value, names, module)
 
 

@@ -41,13 +41,16 @@ def test_health(client: TestClient) -> None:
     ready = client.get("/readyz")
     assert ready.status_code == 200
     assert ready.json()["model"]["xgrammar"] == "0.2.9"
+    assert ready.json()["sandbox"] == "full"  # this machine's kernel has Landlock and seccomp
 
 
 def test_readyz_is_503_until_the_model_loads() -> None:
     app = create_app(Settings(model="/nonexistent/model"))
     with TestClient(app) as client:
-        error = _error(client.get("/readyz"), 503, "not_ready")
+        ready = client.get("/readyz")
+        error = _error(ready, 503, "not_ready")
         assert "nonexistent" in error["message"] or "loading" in error["message"]
+        assert ready.json()["sandbox"] == "full"
         assert client.get("/healthz").status_code == 200
         compile_error = client.post("/api/compile", json={"kind": "regex", "source": "a"})
         assert compile_error.status_code == 503
