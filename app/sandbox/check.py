@@ -3,18 +3,14 @@
 A source may only import from a few modules and define classes with annotated fields, literal
 defaults, ``Field(...)`` and a few other allowlisted calls, enum members, type aliases and
 ``model_config = ConfigDict(...)``. Anything else is refused with its line, column and construct.
-The source's size and nesting are checked before it is parsed: parsing itself runs here.
+The source's size and nesting are checked before it is parsed (``scan``): parsing runs here.
 """
 
 from __future__ import annotations
 
 import ast
-import io
 import math
-import tokenize
 import types
-import unicodedata
-from dataclasses import dataclass
 from typing import Literal
 
 from app.exceptions import SourceRefused
@@ -28,15 +24,14 @@ from app.sandbox.reach import (
     is_type_argument,
     special_form,
 )
+from app.sandbox.scan import refuse as _refuse
+from app.sandbox.scan import scan
 
 __all__ = ["ALLOWED_MODULES", "check_source"]
 
 BUILTIN_TYPES = frozenset(
     {"int", "float", "str", "bool", "bytes", "list", "dict", "set", "frozenset", "tuple"}
 )
-MAX_SOURCE_BYTES = 64 * 1024
-MAX_LINES = 3000
-MAX_BRACKETS = 40
 MAX_DEPTH = 64
 MAX_STRING = 10_000
 MAX_INT = 10**15
@@ -53,43 +48,6 @@ _STATEMENT_NAMES = {
     ast.AugAssign: "augmented assignments", ast.Return: "return statements",
     ast.Match: "match statements",
 }  # fmt: skip
-
-
-@dataclass(frozen=True)
-class _Where:
-    line: int
-    column: int
-
-
-def _refuse(node: ast.AST | _Where, what: str) -> SourceRefused:
-    line = getattr(node, "lineno", None) if isinstance(node, ast.AST) else node.line
-    column = getattr(node, "col_offset", None) if isinstance(node, ast.AST) else node.column - 1
-    where = f"line {line}, column {(column or 0) + 1}: " if line else ""
-    return SourceRefused(f"{where}{what}", line=line, column=None if column is None else column + 1)
-
-
-def _scan_tokens(source: str) -> None:
-    """Bracket nesting and look-alike characters, without building a tree."""
-    depth = 0
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type == tokenize.OP and token.string in "([{":
-                depth += 1
-                if depth > MAX_BRACKETS:
-                    where = _Where(*token.start[:1], token.start[1] + 1)
-                    raise _refuse(where, f"brackets nested deeper than {MAX_BRACKETS}")
-            elif token.type == tokenize.OP and token.string in ")]}":
-                depth -= 1
-            elif token.type == tokenize.NAME:
-                normal = unicodedata.normalize("NFKC", token.string)
-                if normal != token.string:
-                    where = _Where(token.start[0], token.start[1] + 1)
-                    raise _refuse(
-                        where, f"the name {token.string!r} uses look-alike characters ({normal!r})"
-                    )
-    except (tokenize.TokenError, SyntaxError) as error:
-        line = error.args[1][0] if len(error.args) > 1 and error.args[1] else None
-        raise SourceRefused(f"syntax error: {error.args[0]}", line=line) from None
 
 
 class _Checker:
@@ -152,10 +110,8 @@ class _Checker:
             self._allowed_module(node, module, f"importing {module!r}")
             value = _lookup(node, module)
             if alias.asname is None:  # ``import a.b`` binds ``a``
-                top = module.split(".")[0]
-                self._bind(node, top, _lookup(node, top))
-            else:
-                self._bind(node, alias.asname, value)
+                value = _lookup(node, module.split(".")[0])
+            self._bind(node, alias.asname or module.split(".")[0], value)
 
     def _allowed_module(self, node: ast.AST, module: str, doing: str, level: int = 0) -> None:
         if level or module.split(".")[0] not in ALLOWED_MODULES:
@@ -258,11 +214,7 @@ class _Checker:
             return [(node.value, ctx)]
         for part in chain:
             self._check_name(node, part)
-        try:  # on the real objects: the chain must not leave the allowed modules
-            value = follow(self.imported[chain[0]], chain[1:], chain[0])
-        except Unreachable as error:
-            raise _refuse(node, str(error)) from None
-        self._not_a_module(node, ".".join(chain), value)
+        self._not_a_module(node, ".".join(chain), self._resolve(node))
         return []
 
     @staticmethod
@@ -271,16 +223,21 @@ class _Checker:
             raise _refuse(node, f"the module {shown!r} may only be used as {shown}.Name")
 
     def _resolve(self, node: ast.AST) -> object:
-        """What an imported name or a chain from one is; None for anything else."""
-        chain = _chain(node) if isinstance(node, ast.Attribute) else None
-        if isinstance(node, ast.Name):
-            chain = [node.id]
-        if not chain or chain[0] not in self.imported:
+        """What an imported name, or an attribute chain from one, is on the real objects; None
+        for anything else (what the source defines, or a name that the check refuses anyway).
+
+        Raises:
+            SourceRefused: the chain leaves the allowed modules.
+        """
+        chain = [node.id] if isinstance(node, ast.Name) else None
+        if isinstance(node, ast.Attribute):
+            chain = _chain(node)
+        if not chain or chain[0] not in self.imported or any(p.startswith("_") for p in chain):
             return None
         try:
             return follow(self.imported[chain[0]], chain[1:], chain[0])
-        except Unreachable:
-            return None
+        except Unreachable as error:
+            raise _refuse(node, str(error)) from None
 
     def _constant(self, node: ast.Constant, ctx: Context) -> list[tuple[ast.AST, Context]]:
         value = node.value
@@ -380,16 +337,7 @@ def check_source(source: str) -> None:
     Raises:
         SourceRefused: with the line, the column and the construct.
     """
-    size = len(source.encode("utf-8", errors="surrogatepass"))
-    if size > MAX_SOURCE_BYTES:
-        raise SourceRefused(
-            f"the source is {size} bytes; a Pydantic source may be {MAX_SOURCE_BYTES}"
-        )
-    if source.count("\n") + 1 > MAX_LINES:
-        raise SourceRefused(f"the source has more than {MAX_LINES} lines")
-    if "\0" in source:
-        raise SourceRefused("the source contains a NUL character")
-    _scan_tokens(source)
+    scan(source)
     try:
         tree = ast.parse(source, filename="<schema>")
     except SyntaxError as error:

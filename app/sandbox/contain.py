@@ -52,9 +52,8 @@ class Containment:
     @property
     def level(self) -> Level:
         """The strongest level whose layers all hold."""
-        if "uid" in self.problems or "threads" in self.problems or not self.no_new_privs:
-            return Level.NONE
-        if not self.seccomp:
+        exposed = "uid" in self.problems or "threads" in self.problems
+        if exposed or not (self.no_new_privs and self.seccomp):
             return Level.NONE
         return Level.FULL if self.landlock_abi else Level.SECCOMP
 

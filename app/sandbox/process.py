@@ -16,7 +16,7 @@ from typing import Any
 from app.exceptions import PydanticFailed, SandboxUnconfined
 from app.sandbox.contain import Level
 
-__all__ = ["MAX_ANSWER_DEPTH", "Layers", "Limits", "probe", "run_child"]
+__all__ = ["MAX_ANSWER_DEPTH", "Layers", "Limits", "malformed", "probe", "run_child"]
 
 #: Nesting allowed in an answer: far more than any schema needs, far less than a recursion limit.
 MAX_ANSWER_DEPTH = 200
@@ -62,6 +62,11 @@ def _failure(returncode: int, stderr: str, limits: Limits) -> PydanticFailed:
     return PydanticFailed(f"the sandbox process failed: {last[0]}")
 
 
+def malformed() -> PydanticFailed:
+    """The error for an answer that is not one (a process that ran hostile code may forge it)."""
+    return PydanticFailed("the sandbox process gave a malformed answer")
+
+
 def _depth(value: Any) -> int:
     """The nesting of a JSON value, without recursion."""
     deepest, stack = 0, [(value, 1)]
@@ -88,7 +93,7 @@ def _parse(raw: bytes) -> dict[str, Any]:
     if depth > MAX_ANSWER_DEPTH:
         raise PydanticFailed(f"the sandbox's answer nests deeper than {MAX_ANSWER_DEPTH} levels")
     if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool):
-        raise PydanticFailed("the sandbox process gave a malformed answer")
+        raise malformed()
     return answer
 
 
@@ -170,5 +175,5 @@ def probe(limits: Limits) -> tuple[Level, str]:
     answer = _spawn(config, b"", limits)
     containment = answer.get("containment")
     if not isinstance(containment, dict):
-        raise PydanticFailed("the sandbox process gave a malformed answer")
+        raise malformed()
     return Level(containment["level"]), str(containment["detail"])

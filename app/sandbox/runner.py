@@ -161,9 +161,9 @@ def _contain(config: dict[str, Any]) -> Containment:
         landlock_on=layers["landlock"],
         seccomp_on=layers["seccomp"],
     )
-    # Put ctypes away: imported again, it meets the audit hook (not a wall, but a first one).
-    for name in [n for n in sys.modules if n.partition(".")[0] in ("ctypes", "_ctypes")]:
-        if name not in config["layers"]["preload"]:
+    if "ctypes" not in layers["preload"]:
+        # Put ctypes away: imported again, it meets the audit hook (not a wall, but a first one).
+        for name in [n for n in sys.modules if n.partition(".")[0] in ("ctypes", "_ctypes")]:
             del sys.modules[name]
     return done
 

@@ -12,7 +12,7 @@ from typing import Any
 from app.exceptions import PydanticFailed, SandboxUnconfined
 from app.sandbox.check import check_source
 from app.sandbox.contain import Level
-from app.sandbox.process import Limits, probe, run_child
+from app.sandbox.process import Limits, malformed, probe, run_child
 from app.settings import Settings
 from app.verdicts import Validation, ValidationError
 
@@ -103,7 +103,9 @@ class Sandbox:
         with self._slots:
             answer = run_child(request, self.limits, require=level)
         if not answer["ok"]:
-            error = answer.get("error") or {}
+            error = answer.get("error")
+            if not isinstance(error, dict):
+                raise malformed()
             line = error.get("line")
             raise PydanticFailed(
                 str(error.get("message")), line=line if isinstance(line, int) else None
@@ -118,8 +120,7 @@ class Sandbox:
             SourceRefused: the static check refused the source.
             PydanticFailed: pydantic raised, or the run hit a limit.
         """
-        self._check_level()
-        key = (source, root_model)
+        key = (source, root_model)  # cached only at a level allowed, which never changes
         with self._lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
@@ -130,7 +131,7 @@ class Sandbox:
                 dict(answer["schema"]), tuple(map(str, answer["models"])), str(answer["root"])
             )
         except (KeyError, TypeError, ValueError):
-            raise PydanticFailed("the sandbox process gave a malformed answer") from None
+            raise malformed() from None
         with self._lock:
             self._cache[key] = result
             while len(self._cache) > self._cache_size:
@@ -157,9 +158,9 @@ class Sandbox:
                 for errors in answer["errors"]
             ]
         except (KeyError, TypeError):
-            raise PydanticFailed("the sandbox process gave a malformed answer") from None
+            raise malformed() from None
         if len(verdicts) != len(texts):
-            raise PydanticFailed("the sandbox process gave a malformed answer")
+            raise malformed()
         return [Validation(not errors, errors) for errors in verdicts]
 
     def validate(self, source: str, root_model: str | None, text: str) -> Validation:

@@ -227,6 +227,7 @@ def test_a_deeply_nested_answer_is_refused_not_a_recursion_error(depth: int) -> 
         b'{"ok": true, "schema": 5, "models": ["A"], "root": "A"}',
         b'{"ok": true, "schema": {}}',
         b'{"ok": false, "error": {"message": "x", "line": "one"}}',
+        b'{"ok": false, "error": ["x"]}',
         b"[1, 2]",
     ],
 )
