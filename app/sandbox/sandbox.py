@@ -81,8 +81,13 @@ class Sandbox:
                 except (PydanticFailed, OSError) as error:
                     self._probed = (Level.NONE, f"the probe failed: {error}")
                 level, detail = self._probed
-                refused = "" if level.at_least(self.allow) else "; Pydantic sources are refused"
-                log.info("sandbox containment: %s (%s)%s", level.value, detail, refused)
+                if level.at_least(self.allow):
+                    log.info("sandbox containment: %s (%s)", level.value, detail)
+                else:
+                    log.warning(
+                        "sandbox containment: %s (%s), below %s: Pydantic sources are refused",
+                        level.value, detail, self.allow.value,
+                    )  # fmt: skip
             return self._probed[0]
 
     def _check_level(self) -> Level:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
+import os
 import sys
 import tempfile
 import time
@@ -265,3 +267,16 @@ def test_below_the_allowed_level_pydantic_sources_are_refused(
     lenient = Sandbox(Limits(cpu_s=2, wall_s=5), allow=Level.SECCOMP)
     assert lenient.level is Level.SECCOMP
     assert lenient.schema(source).root == "RiskAssessment"
+
+
+def test_the_level_is_probed_once_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    from app.sandbox import landlock
+
+    caplog.set_level(logging.INFO, logger="app.sandbox.sandbox")
+    fresh = Sandbox(Limits(cpu_s=2, wall_s=5))
+    assert fresh.level is Level.FULL and fresh.level is Level.FULL
+    dropped = "root dropped to 65534" if os.geteuid() == 0 else "not root, kept"
+    assert caplog.messages == [
+        f"sandbox containment: full (uid {dropped}, no_new_privs, "
+        f"Landlock ABI {landlock.abi_version()}, seccomp)"
+    ]
