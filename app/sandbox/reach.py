@@ -5,16 +5,18 @@ A source may import only from a few modules, but those modules hold others: ``uu
 or ``eval``, which pydantic would call as a default factory or an alias generator. The static
 check follows every import and every attribute chain rooted at an imported name, on the modules
 themselves (the server's own dependencies, imported here without running the source), and
-refuses one that leaves the allowed modules.
+refuses one that leaves the allowed modules. Only modules already loaded are looked at (the
+sandbox process loads the same ones before it contains itself): the source imports nothing here.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
+import sys
 import types
 import typing
+import warnings
 from collections.abc import Sequence
 
 import typing_extensions
@@ -27,6 +29,7 @@ __all__ = [
     "follow",
     "imported",
     "is_type_argument",
+    "load_allowed",
     "special_form",
 ]
 
@@ -107,19 +110,34 @@ def follow(value: object, attributes: Sequence[str], shown: str) -> object:
     return value
 
 
+@functools.cache
+def load_allowed() -> None:
+    """Import the allowed modules and every lazy export of pydantic: all that a source may use.
+
+    The sandbox process does it before it contains itself (it can import nothing afterwards); the
+    static check does it once too, then refuses any module that is not loaded by now: a source
+    never makes the server import anything, nor names a module the sandbox would not have.
+    """
+    for name in sorted(ALLOWED_MODULES):
+        importlib.import_module(name)
+    pydantic = sys.modules["pydantic"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the deprecated names warn when touched
+        for name in pydantic.__all__:
+            getattr(pydantic, name)
+
+
 def imported(module: str, names: Sequence[str] = ()) -> object:
     """What ``import module`` (no names) or ``from module import a`` (``names=["a"]``) binds.
 
     Raises:
-        Unreachable: the module cannot be imported, or the name leaves the allowed modules.
+        Unreachable: the module is not one the sandbox loads, or the name leaves the allowed
+            modules.
     """
-    try:
-        value: object = importlib.import_module(module)
-    except Exception as error:  # any failure to import is a refusal
-        raise Unreachable(f"{module!r} cannot be imported: {error}") from None
-    if names and not hasattr(value, names[0]):  # ``from package import submodule``
-        with contextlib.suppress(Exception):
-            importlib.import_module(f"{module}.{names[0]}")
+    load_allowed()
+    value = sys.modules.get(module)
+    if value is None or not _allowed(value):
+        raise Unreachable(f"the module {module!r} is not available in the sandbox")
     return follow(value, names, module)
 
 

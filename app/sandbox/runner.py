@@ -21,11 +21,11 @@ import resource
 import sys
 import traceback
 import types
-import warnings
 from typing import Any
 
 from app.paths import format_path
 from app.sandbox.contain import Containment, Level, contain, interpreter_paths
+from app.sandbox.reach import load_allowed
 
 _SCHEMA_FILE = "<schema>"
 _MODULE = "schema"
@@ -47,20 +47,14 @@ def _limit(limits: dict[str, int], *, nproc: bool) -> None:
 
 def _warm_up() -> None:
     """Import everything pydantic loads lazily, and run the code paths that load more."""
+    load_allowed()
     import datetime
     import decimal
     import enum
     import typing
     import uuid
 
-    import annotated_types  # noqa: F401
     import pydantic
-    import typing_extensions  # noqa: F401
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the deprecated names warn when touched
-        for name in pydantic.__all__:
-            getattr(pydantic, name)
 
     class _Kind(enum.Enum):
         a = "a"

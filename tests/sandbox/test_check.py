@@ -136,6 +136,10 @@ CORPUS = [
     ("from pydantic._internal._validators import import_string", "underscore ('_internal')"),
     ("import uuid\nclass uuid:\n    pass", "the name 'uuid' is both imported and defined"),
     ("from pydantic import NoSuchThing", "pydantic.NoSuchThing does not exist"),
+    (
+        "from pydantic.v1 import BaseModel",
+        "the module 'pydantic.v1' is not available in the sandbox",
+    ),
 ]
 
 
