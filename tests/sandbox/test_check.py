@@ -137,8 +137,8 @@ CORPUS = [
     ("import uuid\nclass uuid:\n    pass", "the name 'uuid' is both imported and defined"),
     ("from pydantic import NoSuchThing", "pydantic.NoSuchThing does not exist"),
     (
-        "from pydantic.v1 import BaseModel",
-        "the module 'pydantic.v1' is not available in the sandbox",
+        "from pydantic.mypy import plugin",
+        "the module 'pydantic.mypy' is not available in the sandbox",
     ),
 ]
 
