@@ -91,7 +91,8 @@ def interpreter_paths() -> list[str]:
 
 def _no_new_privs() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+    args = (ctypes.c_ulong(a) for a in (1, 0, 0, 0))  # unused arguments must be zero, all 64 bits
+    if libc.prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), *args) != 0:
         error = ctypes.get_errno()
         raise OSError(error, os.strerror(error))
 
