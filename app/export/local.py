@@ -88,8 +88,6 @@ def _regex_literal(text: str) -> str:
 def llguidance_options(wanted: Layout) -> dict[str, object]:
     """llguidance's JSON options for a layout (its separators are regexes: escaped)."""
     out: dict[str, object] = {"whitespace_flexible": wanted.any_whitespace}
-    if wanted.any_whitespace and wanted.max_whitespace_cnt is not None:
-        out["whitespace_pattern"] = f"[\\x20\\x0A\\x0D\\x09]{{1,{wanted.max_whitespace_cnt}}}"
     item, key = wanted.separators or (",", ": ")  # None comes with an indent llguidance lacks
     out["item_separator"] = _regex_literal(item)
     out["key_separator"] = _regex_literal(key)

@@ -99,6 +99,8 @@ def test_sglang_takes_whitespace_options_as_server_flags() -> None:
         (CompileOptions(), ["strict_mode"]),
         (CompileOptions(strict_mode=False, separators=(" ; ", "=")), []),
         (CompileOptions(strict_mode=False, indent=4), ["indent"]),
+        (CompileOptions(any_whitespace=True, strict_mode=False, max_whitespace_cnt=2),
+         ["max_whitespace_cnt"]),  # fmt: skip
     ],
 )
 def test_llguidance_carries_whitespace_and_separators_not_strict_mode_or_indent(
