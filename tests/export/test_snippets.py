@@ -10,7 +10,7 @@ from typing import Any
 import llguidance
 import pytest
 
-from app.engine import Engine
+from app.engine import ChatMessage, Engine
 from app.engine.grammar import CompileOptions, GrammarKind
 from app.export import TARGETS, ExportRequest, Message, PydanticSource, Sampling, export
 from tests.export.conftest import (
@@ -214,3 +214,20 @@ def test_a_nasty_schema_and_prompt_round_trip_through_every_target(engine: Engin
     for target in ("curl_vllm", "curl_sglang", "curl_openai"):
         _assert_carries(req, target.removeprefix("curl_"), _curl_body(export(req, target).code))
     assert _curl_body(export(req, "curl_sglang").code)["text"] == req.prompt_text
+
+
+@pytest.mark.parametrize("target", ["xgrammar", "llguidance"])
+def test_the_whole_snippet_generates_the_tokens_maskscope_generated(
+    engine: Engine, target: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    req = make_request(engine, max_tokens=12)
+    session = engine.new_session(spec_of(req), messages=[
+        ChatMessage(m.role, m.content) for m in req.messages], max_tokens=12)  # fmt: skip
+    session.run(12)
+    capsys.readouterr()
+    run(export(req, target).code)
+    printed = capsys.readouterr().out.rstrip("\n").split("\n")[-1]
+    if target == "xgrammar":  # the same mask, the same weights, greedy: the same tokens
+        assert printed == session.text
+    else:  # another engine's mask: its text must still be one Maskscope's grammar accepts
+        assert printed.startswith('{"') and engine.replay(spec_of(req), text=printed).accepted
