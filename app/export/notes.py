@@ -44,8 +44,8 @@ def vllm_notes(req: ExportRequest, reach: Reach, *, legacy: bool) -> list[str]:
         )
     else:
         notes.append(f"vLLM {VLLM_VERSION}: structured_outputs (StructuredOutputsParams).")
+    notes.append("Serve the model with:\n$ " + " ".join(["vllm serve", req.model, *reach.flags]))
     if reach.flags:
-        notes.append("Start the server with:\n$ vllm serve MODEL " + " ".join(reach.flags))
         notes.append(
             "The request field structured_outputs.disable_any_whitespace exists but vLLM "
             f"{VLLM_VERSION}'s xgrammar backend reads only the server flag."
@@ -69,10 +69,10 @@ def vllm_notes(req: ExportRequest, reach: Reach, *, legacy: bool) -> list[str]:
     return notes
 
 
-def sglang_notes(reach: Reach) -> list[str]:
+def sglang_notes(req: ExportRequest, reach: Reach) -> list[str]:
     """SGLang: the version and its server flags."""
-    notes = [f"SGLang {SGLANG_VERSION}, grammar backend xgrammar (its default, --grammar-backend)."]
-    if reach.flags:
-        notes.append("Start the server with:\n$ python -m sglang.launch_server --model-path MODEL "
-                     + " ".join(reach.flags))  # fmt: skip
-    return notes
+    launch = ["python -m sglang.launch_server --model-path", req.model, *reach.flags]
+    return [
+        f"SGLang {SGLANG_VERSION}, grammar backend xgrammar (its default, --grammar-backend).",
+        "Serve the model with:\n$ " + " ".join(launch),
+    ]

@@ -60,7 +60,7 @@ def vllm_plan(req: ExportRequest, *, legacy: bool = False) -> Plan:
 def _sglang_notes(req: ExportRequest) -> tuple[list[str], list[str]]:
     reach, missing = missing_options(req, reach_sglang, f"SGLang {SGLANG_VERSION}")
     seed = "it honours the seed only when started with --enable-deterministic-inference."
-    return [options_line(req), *sglang_notes(reach), *sampling_notes(req, "SGLang", seed)], missing
+    return [options_line(req), *sglang_notes(req, reach), *sampling_notes(req, "SGLang", seed)], missing
 
 
 def sglang_plan(req: ExportRequest) -> Plan:

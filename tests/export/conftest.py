@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shlex
 import sys
 import threading
 import types
@@ -89,6 +90,14 @@ def run_until(code: str, name: str, namespace: dict[str, Any] | None = None) -> 
         if name in scope:
             return scope[name]
     raise AssertionError(f"the snippet never binds {name}")
+
+
+def curl_body(code: str) -> dict[str, Any]:
+    """A curl command's ``-d`` body, split as the shell splits it and parsed as JSON."""
+    words = shlex.split(code, comments=True)
+    assert words[0] == "curl"
+    body: dict[str, Any] = json.loads(words[words.index("-d") + 1])
+    return body
 
 
 def constant(code: str, name: str) -> Any:

@@ -17,6 +17,7 @@ from tests.export.conftest import (
     PRICING,
     Capture,
     constant,
+    curl_body,
     make_request,
     module_scope,
     run,
@@ -39,13 +40,6 @@ NASTY_MESSAGES = (
     Message("system", "Reply with JSON. It's \"strict\" \\ no $(rm) `x` ${HOME}\n"),
     Message("user", "Ünïcödé 日本語 🚀 \u2028 tab\tend '''\"\"\""),
 )
-
-
-def _curl_body(code: str) -> dict[str, Any]:
-    words = shlex.split(code, comments=True)
-    assert words[0] == "curl"
-    body: dict[str, Any] = json.loads(words[words.index("-d") + 1])
-    return body
 
 
 def _requests(engine: Engine) -> list[ExportRequest]:
@@ -72,7 +66,7 @@ def test_every_python_snippet_parses_and_every_target_answers(engine: Engine) ->
                 ast.parse(snippet.code)
             else:
                 assert snippet.language == "bash"
-                _curl_body(snippet.code)
+                curl_body(snippet.code)
             for line in snippet.not_expressible:  # each also stands in a comment
                 assert line.split(":")[0] in snippet.code
 
@@ -83,16 +77,16 @@ def test_each_curl_body_is_the_intended_request(engine: Engine) -> None:
     messages = [{"role": "system", "content": PRICING.system},
                 {"role": "user", "content": PRICING.prompt}]  # fmt: skip
     common = {"messages": messages, "max_tokens": 320, "temperature": 0.0}
-    assert _curl_body(export(req, "curl_vllm").code) == {
+    assert curl_body(export(req, "curl_vllm").code) == {
         "model": "HuggingFaceTB/SmolLM2-135M-Instruct", **common,
         "structured_outputs": {"json": schema},
     }  # fmt: skip
-    sglang = _curl_body(export(req, "curl_sglang").code)
+    sglang = curl_body(export(req, "curl_sglang").code)
     assert sglang["text"] == req.prompt_text and "<|im_start|>assistant\n" in sglang["text"]
     params = sglang["sampling_params"]
     assert json.loads(params.pop("json_schema")) == schema
     assert params == {"max_new_tokens": 320, "temperature": 0.0}
-    assert _curl_body(export(req, "curl_openai").code) == {
+    assert curl_body(export(req, "curl_openai").code) == {
         "model": "gpt-4o-mini", "messages": messages, "max_completion_tokens": 320,
         "temperature": 0.0,
         "response_format": {"type": "json_schema", "json_schema": {
@@ -122,7 +116,7 @@ def test_the_python_snippets_send_what_the_curl_commands_send(
         path, sent = _run_sdk(export(req, python).code, capture, monkeypatch)
         if curl is not None and not (python == "openai" and req.pydantic):
             curl_code = export(req, curl).code
-            assert sent == _curl_body(curl_code)
+            assert sent == curl_body(curl_code)
             assert shlex.split(curl_code, comments=True)[2].endswith(path)  # curl -sS URL
         _assert_carries(req, python, sent)
 
@@ -212,8 +206,8 @@ def test_a_nasty_schema_and_prompt_round_trip_through_every_target(engine: Engin
         assert constant(code, "SCHEMA") == NASTY_SCHEMA
         assert constant(code, "MESSAGES") == req.chat()
     for target in ("curl_vllm", "curl_sglang", "curl_openai"):
-        _assert_carries(req, target.removeprefix("curl_"), _curl_body(export(req, target).code))
-    assert _curl_body(export(req, "curl_sglang").code)["text"] == req.prompt_text
+        _assert_carries(req, target.removeprefix("curl_"), curl_body(export(req, target).code))
+    assert curl_body(export(req, "curl_sglang").code)["text"] == req.prompt_text
 
 
 @pytest.mark.parametrize("target", ["xgrammar", "llguidance"])
