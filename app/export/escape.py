@@ -37,8 +37,12 @@ def _char(ch: str) -> str:
 
 
 def py_str(text: str) -> Code:
-    """A double-quoted Python string literal equal to ``text``."""
-    return Code('"' + "".join(_char(ch) for ch in text) + '"')
+    """A Python string literal equal to ``text``: double quotes, single when that escapes less."""
+    quote = "'" if '"' in text and "'" not in text else '"'
+    body = "".join(_char(ch) for ch in text)
+    if quote == "'":
+        body = body.replace('\\"', '"')  # _char escaped double quotes; single ones need none here
+    return Code(quote + body + quote)
 
 
 def _py_multiline(text: str, indent: int) -> str:
