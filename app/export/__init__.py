@@ -21,8 +21,7 @@ from app.export.remote import (
 from app.export.request import ExportRequest, Message, PydanticSource, Sampling
 from app.export.snippet import Snippet
 
-__all__ = ["TARGETS", "ExportRequest", "Message", "PydanticSource", "Sampling", "Snippet",
-           "export"]  # fmt: skip
+__all__ = ["TARGETS", "ExportRequest", "Message", "PydanticSource", "Sampling", "Snippet", "export"]
 
 
 def _legacy(req: ExportRequest) -> Plan:

@@ -31,8 +31,12 @@ def _char(ch: str) -> str:
         return ch
     # Control characters and Unicode line separators would end a line in an editor.
     point = ord(ch)
-    return f"\\x{point:02x}" if point < 0x100 else f"\\u{point:04x}" if point < 0x10000 else (
-        f"\\U{point:08x}"
+    return (
+        f"\\x{point:02x}"
+        if point < 0x100
+        else f"\\u{point:04x}"
+        if point < 0x10000
+        else (f"\\U{point:08x}")
     )
 
 
@@ -91,9 +95,7 @@ def _fit(items: list[str], open_: str, close: str, indent: int, lead: int) -> st
     return open_ + "\n" + "".join(f"{pad}{item},\n" for item in items) + " " * indent + close
 
 
-def py(
-    value: Any, indent: int = 0, names: dict[int, Code] | None = None, lead: int = 0
-) -> Code:
+def py(value: Any, indent: int = 0, names: dict[int, Code] | None = None, lead: int = 0) -> Code:
     """A Python literal equal to a JSON-like value, laid out to be read.
 
     Args:
@@ -124,8 +126,9 @@ def comment(text: str, prefix: str = "# ") -> Code:
         if paragraph.startswith("$ "):  # a command stays on one line, to be copied whole
             lines.append(paragraph)
             continue
-        wrapped = textwrap.wrap(paragraph, _WIDTH - len(prefix), break_on_hyphens=False,
-                                break_long_words=False)  # fmt: skip
+        wrapped = textwrap.wrap(
+            paragraph, _WIDTH - len(prefix), break_on_hyphens=False, break_long_words=False
+        )
         lines.extend(wrapped or [""])
     return Code("\n".join((prefix + line).rstrip() for line in lines))
 

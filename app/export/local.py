@@ -26,8 +26,8 @@ def _version(package: str) -> str:
 def _prompt(req: ExportRequest) -> tuple[list[tuple[Code, Code]], Code]:
     if req.raw_prompt is not None:
         return [(Code("PROMPT"), py(req.raw_prompt))], Code("prompt = PROMPT")
-    line = "prompt = tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)"
-    return [(Code("MESSAGES"), py(req.chat()))], Code(line)
+    line = "prompt = tokenizer.apply_chat_template(MESSAGES, tokenize=False, "
+    return [(Code("MESSAGES"), py(req.chat()))], Code(line + "add_generation_prompt=True)")
 
 
 def _generate(req: ExportRequest) -> tuple[list[tuple[Code, Code]], Code | None]:
@@ -74,10 +74,16 @@ def xgrammar_snippet(req: ExportRequest) -> Snippet:
         *sampling_notes(req, "transformers", _SEED_NOTE),
     ]
     code = render(
-        "xgrammar.py.j2", notes=header("xgrammar", notes, []), pydantic=source,
+        "xgrammar.py.j2",
+        notes=header("xgrammar", notes, []),
+        pydantic=source,
         constants=[*constants(req, with_schema=root is None), *prompt_consts],
-        model=py(req.model), compile=compile_, prompt=prompt, generate=generate, seed=seed,
-    )  # fmt: skip
+        model=py(req.model),
+        compile=compile_,
+        prompt=prompt,
+        generate=generate,
+        seed=seed,
+    )
     return Snippet("xgrammar", "python", code, ())
 
 
@@ -100,12 +106,15 @@ def llguidance_snippet(req: ExportRequest) -> Snippet:
     notes = [f"llguidance {_version('llguidance')} with transformers.", options_line(req)]
     if req.is_json:
         options = py(llguidance_options(layout(req.options)), 4)
-        grammar = _call("llguidance.LLMatcher.grammar_from_json_schema", "SCHEMA",
-                        [("overrides", options)])  # fmt: skip
+        grammar = _call(
+            "llguidance.LLMatcher.grammar_from_json_schema", "SCHEMA", [("overrides", options)]
+        )
     elif req.kind is GrammarKind.EBNF:
         grammar = Code('llguidance.grammar_from("ebnf", GRAMMAR)')
-        notes.append("llguidance converts this EBNF to its Lark syntax; xgrammar-only syntax may "
-                     "not convert.")  # fmt: skip
+        notes.append(
+            "llguidance converts this EBNF to its Lark syntax; xgrammar-only syntax may "
+            "not convert."
+        )
     else:
         grammar = Code("llguidance.LLMatcher.grammar_from_regex(REGEX)")
         notes.append("llguidance reads the regex with Rust's regex syntax.")
@@ -113,8 +122,13 @@ def llguidance_snippet(req: ExportRequest) -> Snippet:
     prompt_consts, prompt = _prompt(req)
     generate, seed = _generate(req)
     code = render(
-        "llguidance.py.j2", notes=header("llguidance", notes, missing),
-        constants=[*constants(req), *prompt_consts], model=py(req.model), grammar=grammar,
-        prompt=prompt, generate=generate, seed=seed,
-    )  # fmt: skip
+        "llguidance.py.j2",
+        notes=header("llguidance", notes, missing),
+        constants=[*constants(req), *prompt_consts],
+        model=py(req.model),
+        grammar=grammar,
+        prompt=prompt,
+        generate=generate,
+        seed=seed,
+    )
     return Snippet("llguidance", "python", code, tuple(missing))

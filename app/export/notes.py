@@ -28,8 +28,7 @@ def sampling_notes(req: ExportRequest, stack: str, seed_note: str) -> list[str]:
         return []
     if req.sampling.seed is None:
         return ["No seed was fixed: every run draws differently."]
-    return [f"The seed makes {stack} runs repeatable, not equal to Maskscope's tokens: "
-            f"{seed_note}"]  # fmt: skip
+    return [f"The seed makes {stack} runs repeatable, not equal to Maskscope's tokens: {seed_note}"]
 
 
 def vllm_notes(req: ExportRequest, reach: Reach, *, legacy: bool) -> list[str]:

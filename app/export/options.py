@@ -17,8 +17,16 @@ from typing import Any
 
 from app.engine.grammar import CompileOptions
 
-__all__ = ["Layout", "Reach", "differences", "layout", "reach_llguidance", "reach_openai",
-           "reach_sglang", "reach_vllm"]  # fmt: skip
+__all__ = [
+    "Layout",
+    "Reach",
+    "differences",
+    "layout",
+    "reach_llguidance",
+    "reach_openai",
+    "reach_sglang",
+    "reach_vllm",
+]
 
 VLLM_VERSION = "0.32.0"
 SGLANG_VERSION = "0.5.23"
@@ -152,8 +160,9 @@ def reach_llguidance(wanted: Layout) -> Reach:
 def reach_openai(wanted: Layout) -> Reach:
     """OpenAI strict mode: the schema, and nothing about layout."""
     layout_why = "OpenAI chooses the JSON layout itself; no request field sets it"
-    why = {name: layout_why for name in ("any_whitespace", "indent", "separators")}
-    why["max_whitespace_cnt"] = layout_why
+    why = dict.fromkeys(
+        ("any_whitespace", "indent", "separators", "max_whitespace_cnt"), layout_why
+    )
     why["strict_mode"] = (
         "OpenAI's strict mode allows no property the schema does not name, like strict_mode=true"
     )

@@ -30,19 +30,36 @@ from app.export.render import render
 from app.export.request import ExportRequest
 from app.export.snippet import Snippet, constants, header, missing_options, pydantic_code
 
-__all__ = ["Plan", "curl", "openai_plan", "python", "sglang_openai_plan", "sglang_plan",
-           "vllm_plan"]  # fmt: skip
+__all__ = [
+    "Plan",
+    "curl",
+    "openai_plan",
+    "python",
+    "sglang_openai_plan",
+    "sglang_plan",
+    "vllm_plan",
+]
 
 
 @dataclass(frozen=True)
 class Plan:
-    """One stack's request, with the notes and the missing options its snippets comment on."""
+    """One stack's request, with the notes and the missing options its snippets comment on.
+
+    Attributes:
+        title: the stack, in words.
+        call: the request.
+        notes: comment lines (versions, server flags, what a seed means there).
+        missing: what the stack cannot express, one sentence each.
+        sdk: whether the Python form uses the OpenAI SDK (else requests).
+        parse_pydantic: whether the Python form hands the Pydantic model to the SDK's parse.
+    """
 
     title: str
     call: HttpCall
     notes: list[str]
     missing: list[str]
     sdk: bool = True
+    parse_pydantic: bool = False
 
 
 def vllm_plan(req: ExportRequest, *, legacy: bool = False) -> Plan:
@@ -60,7 +77,11 @@ def vllm_plan(req: ExportRequest, *, legacy: bool = False) -> Plan:
 def _sglang_notes(req: ExportRequest) -> tuple[list[str], list[str]]:
     reach, missing = missing_options(req, reach_sglang, f"SGLang {SGLANG_VERSION}")
     seed = "it honours the seed only when started with --enable-deterministic-inference."
-    return [options_line(req), *sglang_notes(req, reach), *sampling_notes(req, "SGLang", seed)], missing
+    return [
+        options_line(req),
+        *sglang_notes(req, reach),
+        *sampling_notes(req, "SGLang", seed),
+    ], missing
 
 
 def sglang_plan(req: ExportRequest) -> Plan:
@@ -89,13 +110,23 @@ def openai_plan(req: ExportRequest) -> Plan:
     if req.sampling.greedy:
         notes.append("temperature=0 is not exactly greedy decoding at OpenAI.")
     if not req.is_json:
-        missing.append(f"the {req.kind.value}: OpenAI's structured outputs take a JSON Schema "
-                       "only, so this request is not constrained")  # fmt: skip
+        missing.append(
+            f"the {req.kind.value}: OpenAI's structured outputs take a JSON Schema "
+            "only, so this request is not constrained"
+        )
     if req.raw_prompt is not None:
-        missing.append("raw_prompt: OpenAI applies its own chat template; the raw prompt is sent "
-                       "as a user message")  # fmt: skip
+        missing.append(
+            "raw_prompt: OpenAI applies its own chat template; the raw prompt is sent "
+            "as a user message"
+        )
+    if req.pydantic is not None:
+        notes.append(
+            "The Python form gives the Pydantic model to the SDK's parse helper, which sends its "
+            "own strict version of the schema; the curl form sends the schema Maskscope compiled."
+        )
     notes += sampling_notes(req, "OpenAI", "OpenAI's seed is best effort.")
-    return Plan("OpenAI, strict structured outputs", openai_call(req), notes, missing)
+    title = "OpenAI, strict structured outputs"
+    return Plan(title, openai_call(req), notes, missing, parse_pydantic=req.pydantic is not None)
 
 
 def _names(req: ExportRequest, call: HttpCall) -> dict[int, Code]:
@@ -104,14 +135,14 @@ def _names(req: ExportRequest, call: HttpCall) -> dict[int, Code]:
         names[id(call.body["messages"])] = Code("MESSAGES")
     if req.is_json:
         names[id(req.schema)] = Code("SCHEMA")
-        if isinstance(call.grammar, str):  # the schema as a string: SGLang's json_schema
-            names[id(call.grammar)] = Code("json.dumps(SCHEMA)")
+        if call.schema_text is not None:
+            names[id(call.schema_text)] = Code("json.dumps(SCHEMA)")
     elif req.source:
         names[id(req.source)] = Code("GRAMMAR" if req.kind.value == "ebnf" else "REGEX")
     return names
 
 
-def _prompt_constants(req: ExportRequest, call: HttpCall) -> list[tuple[Code, Code]]:
+def _prompt_constants(call: HttpCall) -> list[tuple[Code, Code]]:
     if "messages" in call.body:
         return [(Code("MESSAGES"), py(call.body["messages"]))]
     return []
@@ -119,34 +150,50 @@ def _prompt_constants(req: ExportRequest, call: HttpCall) -> list[tuple[Code, Co
 
 def python(req: ExportRequest, plan: Plan, target: str) -> Snippet:
     """The plan as a Python program: the OpenAI SDK, or requests for SGLang's native API."""
+    code = _sdk_program(req, plan) if plan.sdk else _generate_program(req, plan)
+    return Snippet(target, "python", code, tuple(plan.missing))
+
+
+def _generate_program(req: ExportRequest, plan: Plan) -> str:
     call = plan.call
     names = _names(req, call)
+    consts = constants(req)
+    prompt = call.body["text"]
+    if prompt:
+        names[id(prompt)] = Code("PROMPT")
+        consts.append((Code("PROMPT"), py(prompt)))
+    return render(
+        "sglang_generate.py.j2",
+        notes=header(plan.title, plan.notes, plan.missing),
+        constants=consts,
+        url=py(call.url),
+        body=py(call.body, 4, names),
+        uses_json=call.schema_text is not None,
+    )
+
+
+def _sdk_program(req: ExportRequest, plan: Plan) -> str:
+    call = plan.call
     source, root = pydantic_code(req)
-    parse = plan.call.bearer_env is not None and root is not None
-    consts = [*constants(req, with_schema=not parse), *_prompt_constants(req, call)]
-    notes = header(plan.title, plan.notes, plan.missing)
-    if not plan.sdk:
-        text = call.body["text"]
-        if text:
-            names[id(text)] = Code("PROMPT")
-            consts.append((Code("PROMPT"), py(text)))
-        body = py(call.body, 4, names)
-        code = render("sglang_generate.py.j2", notes=notes, constants=consts,
-                      url=py(call.url), body=body, uses_json=req.is_json)  # fmt: skip
-        return Snippet(target, "python", code, tuple(plan.missing))
-    kwargs = _sdk_kwargs(call, names, parse_root=root if parse else None)
+    parse = root if plan.parse_pydantic else None  # the SDK's parse helper takes the model
     chat = "messages" in call.body
-    method = ("chat.completions.parse" if parse else "chat.completions.create") if chat else (
-        "completions.create"
+    if chat:
+        method = "chat.completions.parse" if parse else "chat.completions.create"
+        output = "message.parsed" if parse else "message.content"
+    else:
+        method, output = "completions.create", "text"
+    client = "" if call.bearer_env else f'base_url={py(call.base_url)}, api_key="EMPTY"'
+    return render(
+        "openai_sdk.py.j2",
+        notes=header(plan.title, plan.notes, plan.missing),
+        pydantic=source if parse else None,
+        constants=[*constants(req, with_schema=parse is None), *_prompt_constants(call)],
+        client=Code(client),
+        method=Code(method),
+        kwargs=_sdk_kwargs(call, _names(req, call), parse_root=parse),
+        output=Code("completion.choices[0]." + output),
+        uses_json=call.schema_text is not None,
     )
-    output = "completion.choices[0]." + (
-        "message.parsed" if parse else "message.content" if chat else "text"
-    )
-    client = Code("") if call.bearer_env else Code(f"base_url={py(call.base_url)}, api_key=\"EMPTY\"")
-    code = render("openai_sdk.py.j2", notes=notes, pydantic=source if parse else None,
-                  constants=consts, client=client, method=Code(method), kwargs=kwargs,
-                  output=Code(output))  # fmt: skip
-    return Snippet(target, "python", code, tuple(plan.missing))
 
 
 def _sdk_kwargs(
@@ -172,6 +219,7 @@ def curl(plan: Plan, target: str) -> Snippet:
     # Double quotes: the shell expands the key's variable (the name is ours, not user input).
     headers = [Code(f'"Authorization: Bearer ${call.bearer_env}"')] if call.bearer_env else []
     notes = header(plan.title, plan.notes, plan.missing)
-    code = render("curl.sh.j2", notes=notes, url=sh(call.url), headers=headers,
-                  body=sh_json(call.body))  # fmt: skip
+    code = render(
+        "curl.sh.j2", notes=notes, url=sh(call.url), headers=headers, body=sh_json(call.body)
+    )
     return Snippet(target, "bash", code, tuple(plan.missing))

@@ -27,9 +27,17 @@ __all__ = ["export_request", "router", "served_model"]
 router = APIRouter()
 
 Target = Literal[
-    "vllm", "vllm_legacy", "sglang", "sglang_openai", "openai", "xgrammar", "llguidance",
-    "curl_vllm", "curl_sglang", "curl_openai",
-]  # fmt: skip
+    "vllm",
+    "vllm_legacy",
+    "sglang",
+    "sglang_openai",
+    "openai",
+    "xgrammar",
+    "llguidance",
+    "curl_vllm",
+    "curl_sglang",
+    "curl_openai",
+]
 assert set(Target.__args__) == set(TARGETS)  # type: ignore[attr-defined]
 TargetQuery = Annotated[Target, Query(description="the serving stack to write the request for")]
 
@@ -121,9 +129,12 @@ class ExportOut(BaseModel):
     not_expressible: list[str]
 
 
-
-@router.post("/api/export", tags=["export"], openapi_extra={"requestBody": _BODY_SCHEMA},
-             response_model=ExportOut)  # fmt: skip
+@router.post(
+    "/api/export",
+    tags=["export"],
+    openapi_extra={"requestBody": _BODY_SCHEMA},
+    response_model=ExportOut,
+)
 async def export_post(
     target: TargetQuery,
     data: Annotated[dict[str, Any], Body()],

@@ -40,8 +40,11 @@ def test_the_code_dialog_copies_the_snippet_of_the_open_session(
     expect(panel.locator("button.copy")).to_have_text("Copied")
     copied = page.evaluate("() => navigator.clipboard.readText()")
     # The session's own request, with the seed it drew: what GET /api/export answers for it.
-    api = httpx.get(f"{live_server}/api/export",
-                    params={"target": "curl_vllm", "session": session_id}, timeout=60)  # fmt: skip
+    api = httpx.get(
+        f"{live_server}/api/export",
+        params={"target": "curl_vllm", "session": session_id},
+        timeout=60,
+    )
     assert copied == api.json()["code"]
     assert '"temperature": 0.8' in copied and '"seed": ' in copied
 

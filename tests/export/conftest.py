@@ -21,8 +21,16 @@ from app.export import ExportRequest, Message, PydanticSource, Sampling
 
 PRICING = next(e for e in load_examples() if e.id == "pricing")
 # A valid PricingDecision: what the capture server answers, so the SDK's parse helper succeeds.
-ANSWER = json.dumps({"churn_analysis": "a", "financial_analysis": "b", "margin_math": "c",
-                     "max_discount_percent": 10, "offer_code": "ABCD12", "customer_message": "d"})  # fmt: skip
+ANSWER = json.dumps(
+    {
+        "churn_analysis": "a",
+        "financial_analysis": "b",
+        "margin_math": "c",
+        "max_discount_percent": 10,
+        "offer_code": "ABCD12",
+        "customer_message": "d",
+    }
+)
 
 
 def checkpoint(engine: Engine) -> str:
@@ -38,7 +46,10 @@ def make_request(
     source: str = PRICING.source(),
     options: CompileOptions | None = None,
     preset: str = "maskscope",
-    messages: tuple[Message, ...] = (Message("system", PRICING.system), Message("user", PRICING.prompt)),
+    messages: tuple[Message, ...] = (
+        Message("system", PRICING.system),
+        Message("user", PRICING.prompt),
+    ),
     raw_prompt: str | None = None,
     sampling: Sampling | None = None,
     max_tokens: int = 8,
@@ -53,13 +64,19 @@ def make_request(
 
         prompt = render_prompt(engine.model.tokens, [ChatMessage(**m) for m in chat]).text
     return ExportRequest(
-        kind=kind, source=source,
+        kind=kind,
+        source=source,
         schema=json.loads(source) if kind is GrammarKind.JSON_SCHEMA else None,
-        options=options or CompileOptions(), preset=preset, model=model or checkpoint(engine),
-        messages=messages if raw_prompt is None else (), raw_prompt=raw_prompt,
-        prompt_text=prompt, sampling=sampling or Sampling(), max_tokens=max_tokens,
+        options=options or CompileOptions(),
+        preset=preset,
+        model=model or checkpoint(engine),
+        messages=messages if raw_prompt is None else (),
+        raw_prompt=raw_prompt,
+        prompt_text=prompt,
+        sampling=sampling or Sampling(),
+        max_tokens=max_tokens,
         pydantic=pydantic,
-    )  # fmt: skip
+    )
 
 
 def spec_of(req: ExportRequest, source: str | None = None) -> GrammarSpec:
@@ -147,8 +164,13 @@ def _answer(path: str) -> dict[str, Any]:
     if path.endswith("/chat/completions"):
         message = {"role": "assistant", "content": ANSWER}
         choice = {"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}
-        return {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                "choices": [choice]}  # fmt: skip
+        return {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [choice],
+        }
     choice = {"index": 0, "text": ANSWER, "finish_reason": "stop", "logprobs": None}
     return {"id": "x", "object": "text_completion", "created": 0, "model": "m", "choices": [choice]}
 

@@ -15,7 +15,7 @@ from app.export.render import render
 
 NASTY = [
     "",
-    'quotes " and \' and """ and \'\'\'',
+    "quotes \" and ' and \"\"\" and '''",
     "back\\slash \\n not a newline \\",
     "new\nline\r\nand\ttab",
     "nul \x00 bell \x07 del \x7f",

@@ -19,28 +19,46 @@ from app.export.options import (
 )
 
 # Objects, arrays and strings: every place a separator or whitespace can go.
-SCHEMA = json.dumps({
-    "type": "object",
-    "properties": {"a": {"type": "string"}, "b": {"type": "array", "items": {"type": "integer"}}},
-    "required": ["a", "b"],
-})  # fmt: skip
+SCHEMA = json.dumps(
+    {
+        "type": "object",
+        "properties": {
+            "a": {"type": "string"},
+            "b": {"type": "array", "items": {"type": "integer"}},
+        },
+        "required": ["a", "b"],
+    }
+)
 
 OPTIONS = [
-    CompileOptions(any_whitespace=aw, strict_mode=strict, indent=indent, separators=sep,
-                   max_whitespace_cnt=count)  # fmt: skip
+    CompileOptions(
+        any_whitespace=aw,
+        strict_mode=strict,
+        indent=indent,
+        separators=sep,
+        max_whitespace_cnt=count,
+    )
     for aw, strict, indent, sep, count in itertools.product(
-        (False, True), (True, False), (None, 2), (None, (", ", ": "), (",", ":"), (",", ": ")),
+        (False, True),
+        (True, False),
+        (None, 2),
+        (None, (", ", ": "), (",", ":"), (",", ": ")),
         (None, 3),
     )
 ]
 
 
 def _grammar(options: CompileOptions) -> str:
-    return str(xgr.Grammar.from_json_schema(
-        SCHEMA, any_whitespace=options.any_whitespace, strict_mode=options.strict_mode,
-        indent=options.indent, separators=options.separators,
-        max_whitespace_cnt=options.max_whitespace_cnt,
-    ))  # fmt: skip
+    return str(
+        xgr.Grammar.from_json_schema(
+            SCHEMA,
+            any_whitespace=options.any_whitespace,
+            strict_mode=options.strict_mode,
+            indent=options.indent,
+            separators=options.separators,
+            max_whitespace_cnt=options.max_whitespace_cnt,
+        )
+    )
 
 
 def test_options_with_the_same_layout_compile_to_the_same_grammar() -> None:
@@ -72,8 +90,14 @@ def test_vllm_needs_two_server_flags_for_compact_json_and_then_uses_its_own_sepa
 
 
 def test_vllm_reproduces_its_own_default_and_nothing_else() -> None:
-    assert differences(layout(CompileOptions(any_whitespace=True)),
-                       reach_vllm(layout(CompileOptions(any_whitespace=True))), "v") == []  # fmt: skip
+    assert (
+        differences(
+            layout(CompileOptions(any_whitespace=True)),
+            reach_vllm(layout(CompileOptions(any_whitespace=True))),
+            "v",
+        )
+        == []
+    )
     wanted = layout(CompileOptions(any_whitespace=True, strict_mode=False, max_whitespace_cnt=4))
     names = [line.split("=")[0] for line in differences(wanted, reach_vllm(wanted), "v")]
     assert names == ["strict_mode", "max_whitespace_cnt"]
@@ -89,8 +113,9 @@ def test_sglang_takes_whitespace_options_as_server_flags() -> None:
     assert differences(compact, reach_sglang(compact), "SGLang") == []
     indented = layout(CompileOptions(indent=2))
     assert [d.split("=")[0] for d in differences(indented, reach_sglang(indented), "S")] == [
-        "indent", "separators",
-    ]  # fmt: skip
+        "indent",
+        "separators",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -99,8 +124,10 @@ def test_sglang_takes_whitespace_options_as_server_flags() -> None:
         (CompileOptions(), ["strict_mode"]),
         (CompileOptions(strict_mode=False, separators=(" ; ", "=")), []),
         (CompileOptions(strict_mode=False, indent=4), ["indent"]),
-        (CompileOptions(any_whitespace=True, strict_mode=False, max_whitespace_cnt=2),
-         ["max_whitespace_cnt"]),  # fmt: skip
+        (
+            CompileOptions(any_whitespace=True, strict_mode=False, max_whitespace_cnt=2),
+            ["max_whitespace_cnt"],
+        ),
     ],
 )
 def test_llguidance_carries_whitespace_and_separators_not_strict_mode_or_indent(

@@ -37,7 +37,7 @@ NASTY_SCHEMA = {
     "required": ['na"me', "tab\there"],
 }
 NASTY_MESSAGES = (
-    Message("system", "Reply with JSON. It's \"strict\" \\ no $(rm) `x` ${HOME}\n"),
+    Message("system", 'Reply with JSON. It\'s "strict" \\ no $(rm) `x` ${HOME}\n'),
     Message("user", "Ünïcödé 日本語 🚀 \u2028 tab\tend '''\"\"\""),
 )
 
@@ -46,10 +46,17 @@ def _requests(engine: Engine) -> list[ExportRequest]:
     pydantic_source = PRICING.source(".py")
     return [
         make_request(engine),
-        make_request(engine, options=CompileOptions(any_whitespace=True), preset="vllm",
-                     sampling=Sampling(0.7, 0.9, 1234)),  # fmt: skip
-        make_request(engine, options=CompileOptions(indent=2, separators=(";", "=")),
-                     sampling=Sampling(1.0, 0.5, None)),  # fmt: skip
+        make_request(
+            engine,
+            options=CompileOptions(any_whitespace=True),
+            preset="vllm",
+            sampling=Sampling(0.7, 0.9, 1234),
+        ),
+        make_request(
+            engine,
+            options=CompileOptions(indent=2, separators=(";", "=")),
+            sampling=Sampling(1.0, 0.5, None),
+        ),
         make_request(engine, kind=GrammarKind.EBNF, source=EBNF),
         make_request(engine, kind=GrammarKind.REGEX, source=REGEX, raw_prompt="Code: "),
         make_request(engine, source=json.dumps(NASTY_SCHEMA), messages=NASTY_MESSAGES),
@@ -74,24 +81,31 @@ def test_every_python_snippet_parses_and_every_target_answers(engine: Engine) ->
 def test_each_curl_body_is_the_intended_request(engine: Engine) -> None:
     req = make_request(engine, model="HuggingFaceTB/SmolLM2-135M-Instruct", max_tokens=320)
     schema = json.loads(PRICING.source())
-    messages = [{"role": "system", "content": PRICING.system},
-                {"role": "user", "content": PRICING.prompt}]  # fmt: skip
+    messages = [
+        {"role": "system", "content": PRICING.system},
+        {"role": "user", "content": PRICING.prompt},
+    ]
     common = {"messages": messages, "max_tokens": 320, "temperature": 0.0}
     assert curl_body(export(req, "curl_vllm").code) == {
-        "model": "HuggingFaceTB/SmolLM2-135M-Instruct", **common,
+        "model": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        **common,
         "structured_outputs": {"json": schema},
-    }  # fmt: skip
+    }
     sglang = curl_body(export(req, "curl_sglang").code)
     assert sglang["text"] == req.prompt_text and "<|im_start|>assistant\n" in sglang["text"]
     params = sglang["sampling_params"]
     assert json.loads(params.pop("json_schema")) == schema
     assert params == {"max_new_tokens": 320, "temperature": 0.0}
     assert curl_body(export(req, "curl_openai").code) == {
-        "model": "gpt-4o-mini", "messages": messages, "max_completion_tokens": 320,
+        "model": "gpt-4o-mini",
+        "messages": messages,
+        "max_completion_tokens": 320,
         "temperature": 0.0,
-        "response_format": {"type": "json_schema", "json_schema": {
-            "name": "PricingDecision", "schema": schema, "strict": True}},
-    }  # fmt: skip
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "PricingDecision", "schema": schema, "strict": True},
+        },
+    }
 
 
 def _run_sdk(code: str, capture: Capture, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Any]:
@@ -105,13 +119,21 @@ def _run_sdk(code: str, capture: Capture, monkeypatch: pytest.MonkeyPatch) -> tu
 
 @pytest.mark.parametrize(
     ("python", "curl"),
-    [("vllm", "curl_vllm"), ("sglang", "curl_sglang"), ("openai", "curl_openai"),
-     ("vllm_legacy", None), ("sglang_openai", None)],
-)  # fmt: skip
+    [
+        ("vllm", "curl_vllm"),
+        ("sglang", "curl_sglang"),
+        ("openai", "curl_openai"),
+        ("vllm_legacy", None),
+        ("sglang_openai", None),
+    ],
+)
 def test_the_python_snippets_send_what_the_curl_commands_send(
-    engine: Engine, capture: Capture, monkeypatch: pytest.MonkeyPatch, python: str,
+    engine: Engine,
+    capture: Capture,
+    monkeypatch: pytest.MonkeyPatch,
+    python: str,
     curl: str | None,
-) -> None:  # fmt: skip
+) -> None:
     for req in _requests(engine):
         path, sent = _run_sdk(export(req, python).code, capture, monkeypatch)
         if curl is not None and not (python == "openai" and req.pydantic):
@@ -171,8 +193,14 @@ def test_the_llguidance_snippet_accepts_what_maskscope_accepts(
     scope = module_scope()
     matcher = run_until(export(req, "llguidance").code, "matcher", scope)
     assert not matcher.is_error()
-    value = {"churn_analysis": "low", "financial_analysis": "ok", "margin_math": "55%",
-             "max_discount_percent": 10, "offer_code": "ACME10", "customer_message": "Hi"}  # fmt: skip
+    value = {
+        "churn_analysis": "low",
+        "financial_analysis": "ok",
+        "margin_math": "55%",
+        "max_discount_percent": 10,
+        "offer_code": "ACME10",
+        "customer_message": "Hi",
+    }
     item, key = options.separators or ((", ", ": ") if not options.any_whitespace else (",", ":"))
     tried = [
         json.dumps(value, separators=(item, key)),
@@ -189,9 +217,13 @@ def test_the_llguidance_snippet_accepts_what_maskscope_accepts(
 
 def test_llguidance_runs_ebnf_and_regex(engine: Engine) -> None:
     for req, good, bad in [
-        (make_request(engine, kind=GrammarKind.EBNF, source=EBNF), "answer: yes because ok.", "answer: maybe"),
+        (
+            make_request(engine, kind=GrammarKind.EBNF, source=EBNF),
+            "answer: yes because ok.",
+            "answer: maybe",
+        ),
         (make_request(engine, kind=GrammarKind.REGEX, source=REGEX), 'ABCD12 "ok"\\', "abcd12"),
-    ]:  # fmt: skip
+    ]:
         scope = module_scope()
         matcher = run_until(export(req, "llguidance").code, "matcher", scope)
         assert not matcher.is_error(), matcher.get_error()
@@ -215,8 +247,9 @@ def test_the_whole_snippet_generates_the_tokens_maskscope_generated(
     engine: Engine, target: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     req = make_request(engine, max_tokens=12)
-    session = engine.new_session(spec_of(req), messages=[
-        ChatMessage(m.role, m.content) for m in req.messages], max_tokens=12)  # fmt: skip
+    session = engine.new_session(
+        spec_of(req), messages=[ChatMessage(m.role, m.content) for m in req.messages], max_tokens=12
+    )
     session.run(12)
     capsys.readouterr()
     run(export(req, target).code)

@@ -24,8 +24,10 @@ def pricing_body(**overrides: Any) -> dict[str, Any]:
     """The pricing example as the page sends it: its prompt, the schema in the system message."""
     body: dict[str, Any] = {
         "grammar": {"kind": "json_schema", "source": PRICING.source()},
-        "messages": [{"role": "system", "content": PRICING.system},
-                     {"role": "user", "content": PRICING.prompt}],  # fmt: skip
+        "messages": [
+            {"role": "system", "content": PRICING.system},
+            {"role": "user", "content": PRICING.prompt},
+        ],
         "schema_in_prompt": PRICING.schema_in_prompt,
         "max_tokens": PRICING.max_tokens,
     }
@@ -63,8 +65,9 @@ def test_what_each_target_cannot_express_on_the_pricing_example(client: TestClie
 
 
 def test_the_vllm_preset_is_what_vllm_does_and_needs_no_flag(client: TestClient) -> None:
-    body = pricing_body(grammar={"kind": "json_schema", "source": PRICING.source(),
-                                 "options": {"preset": "vllm"}})  # fmt: skip
+    body = pricing_body(
+        grammar={"kind": "json_schema", "source": PRICING.source(), "options": {"preset": "vllm"}}
+    )
     answer = _export(client, "vllm", body)
     assert answer["not_expressible"] == []
     assert "# $ vllm serve HuggingFaceTB/SmolLM2-135M-Instruct\n" in answer["code"]  # no flag
@@ -106,11 +109,21 @@ def test_bad_requests_get_the_contract_errors(client: TestClient) -> None:
     cases: list[tuple[Any, int, str]] = [
         (client.post("/api/export?target=nope", json=pricing_body()), 422, "invalid_request"),
         (client.post("/api/export", json=pricing_body()), 422, "invalid_request"),
-        (client.post("/api/export?target=vllm", content=b"{oops",
-                     headers={"Content-Type": "application/json"}), 400, "malformed"),
+        (
+            client.post(
+                "/api/export?target=vllm",
+                content=b"{oops",
+                headers={"Content-Type": "application/json"},
+            ),
+            400,
+            "malformed",
+        ),
         (client.post("/api/export?target=vllm", json=[1]), 422, "invalid_request"),
-        (client.post("/api/export?target=vllm", json={"kind": "json_schema"}), 422,
-         "invalid_request"),  # fmt: skip
+        (
+            client.post("/api/export?target=vllm", json={"kind": "json_schema"}),
+            422,
+            "invalid_request",
+        ),
         (client.get("/api/export?target=vllm&session=nope"), 404, "session_not_found"),
     ]
     for response, status, code in cases:
@@ -119,15 +132,25 @@ def test_bad_requests_get_the_contract_errors(client: TestClient) -> None:
     bad = client.post("/api/export?target=vllm", json={"kind": "json_schema", "source": '{"a": }'})
     assert bad.status_code == 422
     assert bad.json()["error"] | {"message": ""} == {
-        "message": "", "code": "grammar_invalid", "line": 1, "column": 7,
-        "pointer": "/grammar/source"}  # fmt: skip
+        "message": "",
+        "code": "grammar_invalid",
+        "line": 1,
+        "column": 7,
+        "pointer": "/grammar/source",
+    }
     missing = client.post("/api/export?target=vllm", json={"kind": "json_schema"})
     assert missing.json()["error"]["pointer"] == "/source"
 
 
 def test_the_dialog_fragment_has_a_tab_and_a_copy_button_per_target(client: TestClient) -> None:
-    form = {"kind": "json_schema", "source": PRICING.source(), "system": "S <b>&",
-            "user": "U", "preset": "maskscope", "strict_mode": "on"}  # fmt: skip
+    form = {
+        "kind": "json_schema",
+        "source": PRICING.source(),
+        "system": "S <b>&",
+        "user": "U",
+        "preset": "maskscope",
+        "strict_mode": "on",
+    }
     html = client.post("/ui/export", data=form).text
     for target in TARGETS:
         assert f'class="copy primary" data-target="{target}"' in html
