@@ -31,13 +31,9 @@ def _char(ch: str) -> str:
         return ch
     # Control characters and Unicode line separators would end a line in an editor.
     point = ord(ch)
-    return (
-        f"\\x{point:02x}"
-        if point < 0x100
-        else f"\\u{point:04x}"
-        if point < 0x10000
-        else (f"\\U{point:08x}")
-    )
+    if point < 0x100:
+        return f"\\x{point:02x}"
+    return f"\\u{point:04x}" if point < 0x10000 else f"\\U{point:08x}"
 
 
 def py_str(text: str) -> Code:

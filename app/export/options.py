@@ -11,7 +11,6 @@ Rules read from vLLM 0.32.0 (``vllm/v1/structured_output/backend_xgrammar.py``,
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,11 +168,3 @@ def reach_openai(wanted: Layout) -> Reach:
     if wanted.strict_mode:
         why.pop("strict_mode")
     return Reach(None, why=why)
-
-
-REACH: dict[str, Callable[[Layout], Reach]] = {
-    "vllm": reach_vllm,
-    "sglang": reach_sglang,
-    "llguidance": reach_llguidance,
-    "openai": reach_openai,
-}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import shlex
 from typing import Any
@@ -258,3 +259,13 @@ def test_the_whole_snippet_generates_the_tokens_maskscope_generated(
         assert printed == session.text
     else:  # another engine's mask: its text must still be one Maskscope's grammar accepts
         assert printed.startswith('{"') and engine.replay(spec_of(req), text=printed).accepted
+
+
+def test_the_doctors_vllm_verdict_is_said_where_vllm_picks_the_backend(engine: Engine) -> None:
+    req = make_request(engine, options=CompileOptions(any_whitespace=True), preset="vllm")
+    fallback = dataclasses.replace(req, vllm_fallback="uniqueItems at /properties/tags")
+    for target in ("vllm", "curl_vllm", "vllm_legacy"):
+        assert "auto would not use xgrammar (uniqueItems at /properties/tags)" in (
+            export(fallback, target).code.replace("\n# ", " ")
+        )
+        assert "auto would not use xgrammar" not in export(req, target).code
