@@ -10,7 +10,7 @@ from app.export.escape import Code, comment, identifier, py
 from app.export.options import Layout, Reach, differences, layout
 from app.export.request import ExportRequest
 
-__all__ = ["Snippet", "constants", "header", "missing_options"]
+__all__ = ["Snippet", "constants", "header", "missing_options", "pydantic_code"]
 
 
 @dataclass(frozen=True)
