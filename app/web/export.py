@@ -159,6 +159,10 @@ async def export_get(
     return export(req, target).to_dict()
 
 
+def _dialog_error(state: AppState, error: dict[str, Any]) -> HTMLResponse:
+    return HTMLResponse(state.render("partials/_error.html", {"error": error}))
+
+
 @router.post("/ui/export", response_class=HTMLResponse, include_in_schema=False)
 async def export_dialog(request: Request, state: StateDep, engine: EngineDep) -> HTMLResponse:
     """Every target's snippet for the Code dialog: the open session's, else the form's."""
@@ -174,6 +178,10 @@ async def export_dialog(request: Request, state: StateDep, engine: EngineDep) ->
         if req is None:
             req = await export_request(state, engine, form_session_request(form))
     except (GrammarError, InvalidInput) as error:  # shown in the dialog, which hides the toast
-        return HTMLResponse(state.render("partials/_error.html", {"error": error.to_dict()}))
+        return _dialog_error(state, error.to_dict())
+    except RequestValidationError as error:
+        first = error.errors()[0]
+        where = "/".join(str(part) for part in first["loc"])
+        return _dialog_error(state, {"message": f"{where}: {first['msg']}", "code": "invalid"})
     snippets = [export(req, target) for target in TARGETS]
     return HTMLResponse(state.render("partials/_export.html", {"snippets": snippets}))

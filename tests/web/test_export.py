@@ -158,3 +158,5 @@ def test_the_dialog_fragment_has_a_tab_and_a_copy_button_per_target(client: Test
     assert "S &lt;b&gt;&amp;" in html and "S <b>&" not in html  # the code is escaped as HTML
     error = client.post("/ui/export", data={**form, "source": "{"}).text
     assert "toast-body" in error and "invalid JSON" in error
+    invalid = client.post("/ui/export", data={**form, "max_tokens": "0"})
+    assert invalid.status_code == 200 and "max_tokens" in invalid.text
