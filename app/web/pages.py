@@ -21,7 +21,7 @@ from app.web.models import GrammarIn, ReplayIn, SessionIn
 from app.web.sessions import SessionHandle
 from app.web.state import AppState
 
-__all__ = ["router"]
+__all__ = ["form_session_request", "router"]
 
 router = APIRouter(include_in_schema=False)
 
@@ -66,7 +66,8 @@ def _grammar(form: FormData) -> dict[str, Any]:
             "options": options}  # fmt: skip
 
 
-def _session_request(form: FormData) -> SessionIn:
+def form_session_request(form: FormData) -> SessionIn:
+    """The session request the playground's form describes."""
     body: dict[str, Any] = {
         "grammar": _grammar(form),
         "sampling": {
@@ -231,7 +232,7 @@ async def _step_parts(
 async def new_session(request: Request, state: StateDep, engine: EngineDep) -> HTMLResponse:
     """Open a session from the form: its output area, and the rendered prompt out of band."""
     form = await request.form()
-    handle = await actions.create_session(state, engine, _session_request(form))
+    handle = await actions.create_session(state, engine, form_session_request(form))
     answer = await actions.step_response(state, handle, [])
     parts = [
         ("partials/_session.html", {"handle": handle, "state": answer}),
