@@ -112,7 +112,7 @@ def _models(module: types.ModuleType) -> list[Any]:
 
 
 def _answer(request: dict[str, Any], *, audit_hook: bool) -> dict[str, Any]:
-    code = compile(request["source"], _SCHEMA_FILE, "exec")
+    code = compile(request["source"], _SCHEMA_FILE, "exec", dont_inherit=True)
     module = types.ModuleType(_MODULE)
     sys.modules[_MODULE] = module
     if audit_hook:
