@@ -42,14 +42,17 @@ class Settings(BaseSettings):
         max_body_bytes: the largest request body accepted (413 beyond).
         max_sessions: live sessions kept at once; the least recently used idle one is evicted.
         session_ttl_s: a session unused for this long expires.
-        max_kv_mb: the KV caches of all sessions together; least recently used idle sessions
-            are evicted above it.
+        max_kv_mb: the KV caches and step records of all sessions together; least recently
+            used idle sessions are evicted above it.
         db_path: the SQLite file that holds permalinks.
         snapshot_max_bytes: the largest permalink snapshot accepted.
         sandbox_workers: Pydantic sandbox processes running at once.
         sandbox_cpu_s: CPU seconds a sandbox process may use.
         sandbox_memory_mb: memory a sandbox process may map.
         sandbox_timeout_s: wall-clock limit of a sandbox process.
+        queue_max: requests that may wait for a compile worker, for a sandbox process, and for a
+            replay thread (each); more are refused with 429.
+        replay_max_tokens: the most tokens a replay walks (413 beyond); None: ``max_tokens_cap``.
         host: address ``python -m app serve`` binds by default.
         port: port ``python -m app serve`` binds by default.
     """
@@ -77,5 +80,12 @@ class Settings(BaseSettings):
     sandbox_cpu_s: int = Field(default=5, ge=1, le=60)
     sandbox_memory_mb: int = Field(default=1024, ge=256)
     sandbox_timeout_s: float = Field(default=15.0, gt=0)
+    queue_max: int = Field(default=16, ge=0, le=1024)
+    replay_max_tokens: int | None = Field(default=None, ge=1, le=8192)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
+
+    @property
+    def replay_token_cap(self) -> int:
+        """The most tokens a replay walks: ``replay_max_tokens``, or ``max_tokens_cap``."""
+        return self.replay_max_tokens or self.max_tokens_cap
