@@ -14,6 +14,11 @@ from app.sandbox.process import Limits, run_child
 
 __all__ = ["PydanticSchema", "Sandbox"]
 
+# ast.parse keeps its recursion depth in per-interpreter state in CPython 3.11, so two threads
+# parsing at once can fail with "AST constructor recursion depth mismatch" (gh-106905): the
+# static checks (milliseconds each) run one at a time.
+_CHECKING = threading.Lock()
+
 
 @dataclass(frozen=True)
 class PydanticSchema:
@@ -41,7 +46,8 @@ class Sandbox:
         self._lock = threading.Lock()
 
     def _run(self, request: dict[str, Any]) -> dict[str, Any]:
-        check_source(request["source"])
+        with _CHECKING:
+            check_source(request["source"])
         with self._slots:
             answer = run_child(request, self.limits)
         if not answer.get("ok"):

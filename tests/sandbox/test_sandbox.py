@@ -4,8 +4,10 @@ static check is bypassed (the process is the second wall, not the only one)."""
 from __future__ import annotations
 
 import ast
+import gc
 import json
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -136,3 +138,37 @@ def test_output_size_is_limited() -> None:
         run_child({"action": "schema", "source": source, "root_model": None},
                   Limits(output_bytes=1_000_000))  # fmt: skip
     assert caught.value.message == "the schema is larger than the 1000000 bytes allowed"
+
+
+def test_static_checks_in_threads_at_once_never_fail_inside_ast_parse(sandbox: Sandbox) -> None:
+    # A model of 60 classes, then a refused import: parsed in full, refused, no process run.
+    lines = ["from pydantic import BaseModel"]
+    for k in range(60):
+        lines += [f"class M{k}(BaseModel):"] + [
+            f"    f{f}: list[dict[str, int]] = []" for f in range(12)
+        ]
+    source = "\n".join([*lines, "import os"])
+    outcomes: list[str] = []
+
+    def check() -> None:
+        for _ in range(10):
+            try:
+                sandbox.schema(source)
+            except SourceRefused:
+                outcomes.append("refused")
+            except SystemError as error:  # CPython 3.11's ast state shared by threads
+                outcomes.append(str(error))
+
+    def switch(phase: str, info: dict[str, int]) -> None:
+        time.sleep(0)  # Python code the collector runs may switch threads in the middle of a parse
+
+    gc.callbacks.append(switch)
+    try:
+        threads = [threading.Thread(target=check) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    finally:
+        gc.callbacks.remove(switch)
+    assert outcomes == ["refused"] * 40
