@@ -9,7 +9,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import anyio
 import pytest
@@ -21,6 +22,14 @@ from app.main import create_app
 from app.settings import Settings
 from app.web.executors import WorkPool
 from tests.web.conftest import session_body
+
+T = TypeVar("T")
+
+
+def _run(scenario: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` on a thread of its own: the browser tests keep a loop running on this one."""
+    with ThreadPoolExecutor(1) as runner:
+        return runner.submit(asyncio.run, scenario).result(timeout=120)
 
 
 def test_a_full_queue_is_refused_and_frees_as_jobs_end() -> None:
@@ -41,7 +50,7 @@ def test_a_full_queue_is_refused_and_frees_as_jobs_end() -> None:
         return [await pool.run(str, "admitted again")]
 
     try:
-        assert asyncio.run(scenario()) == ["admitted again"]
+        assert _run(scenario()) == ["admitted again"]
         assert pool.pending == 0
     finally:
         pool.shutdown()
@@ -88,7 +97,7 @@ def test_a_cancelled_caller_keeps_its_lock_until_the_thread_ends(
         assert not lock.locked()
 
     try:
-        asyncio.run(scenario())
+        _run(scenario())
     finally:
         pool.shutdown()
 
