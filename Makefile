@@ -32,6 +32,7 @@ bench: install browser
 	$(PY) bench/web_latency.py
 	$(PY) bench/pydantic_compile.py
 	$(PY) bench/load.py
+	$(PY) bench/flood.py
 
 # The browser tests drive Debian's chromium (Playwright's own browser download is not used).
 browser:

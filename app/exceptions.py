@@ -104,7 +104,7 @@ class SessionGone(MaskscopeError):
 
 
 class CapacityExceeded(MaskscopeError):
-    """A cap is full (live sessions); try again later."""
+    """A cap is full (live sessions, a queue of waiting work); try again later."""
 
     code = "capacity_exceeded"
 
@@ -157,10 +157,18 @@ _BY_CODE: dict[str, type[MaskscopeError]] = {
 }
 
 
-class SnapshotTooLarge(MaskscopeError):
-    """A permalink snapshot above the size limit."""
+class TooLarge(MaskscopeError):
+    """An input above a size limit; the message names the limit."""
 
     code = "too_large"
+
+
+class SnapshotTooLarge(TooLarge):
+    """A permalink snapshot above the size limit."""
+
+
+class ReplayTooLong(TooLarge):
+    """A text or token list longer than a replay may walk."""
 
 
 class PermalinkNotFound(MaskscopeError):

@@ -127,12 +127,9 @@ class GrammarCompiler:
                 column or the JSON pointer where known.
             GrammarTooComplex: the compile ran past the time limit or crashed its worker.
         """
-        key = f"{self.tokenizer_key}:{spec.cache_key()}"
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
-                return hit
+        hit = self.cached(spec)
+        if hit is not None:
+            return hit
         answer = self._run(spec)
         if not answer["ok"]:
             raise MaskscopeError.from_dict(answer["error"])
@@ -147,8 +144,20 @@ class GrammarCompiler:
             compile_ms=float(answer["compile_ms"]),
             size_bytes=int(answer["size_bytes"]),
         )
-        self._remember(key, result)
+        self._remember(self._key(spec), result)
         return result
+
+    def cached(self, spec: GrammarSpec) -> CompileResult | None:
+        """The cached result for ``spec`` (``cached=True``), or None; never waits for a worker."""
+        key = self._key(spec)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+            return hit
+
+    def _key(self, spec: GrammarSpec) -> str:
+        return f"{self.tokenizer_key}:{spec.cache_key()}"
 
     def _run(self, spec: GrammarSpec) -> dict[str, Any]:
         payload = {
@@ -159,14 +168,23 @@ class GrammarCompiler:
         if self._closed:  # its workers are gone: waiting for one would wait forever
             raise GrammarError("the grammar compiler has been shut down")
         worker = self._idle.get()
+        too_complex = False
         try:
             return worker.request(payload, self._timeout_s)
         except GrammarTooComplex:
-            worker.close()
-            worker = _Worker(self._tokenizer_json)
+            too_complex = True
             raise
         finally:
-            self._idle.put(worker)
+            if too_complex:
+                worker.close()
+                # Starting a process takes seconds (the parent waits while the child imports):
+                # the caller gets its answer now, the next compile waits for the new worker.
+                threading.Thread(target=self._replace, name="maskscope-respawn").start()
+            else:
+                self._idle.put(worker)
+
+    def _replace(self) -> None:
+        self._idle.put(_Worker(self._tokenizer_json))
 
     def _remember(self, key: str, result: CompileResult) -> None:
         cached = dataclasses.replace(result, cached=True)

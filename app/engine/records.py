@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,18 @@ TIMING_FIELDS = frozenset({"forward_ms", "mask_us", "total_ms"})
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
+
+
+def _deep_size(value: Any) -> int:
+    """Bytes held by ``value`` and what it references (records are trees: nothing is shared)."""
+    size = sys.getsizeof(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        size += sum(_deep_size(getattr(value, f.name)) for f in dataclasses.fields(value))
+    elif isinstance(value, tuple | list):
+        size += sum(_deep_size(item) for item in value)
+    elif isinstance(value, dict):
+        size += sum(_deep_size(k) + _deep_size(v) for k, v in value.items())
+    return size
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +99,18 @@ class StepRecord:
         """The record minus the timing fields: what must repeat after a back-and-step-again."""
         return {k: v for k, v in self.to_dict().items() if k not in TIMING_FIELDS}
 
+    def nbytes(self) -> int:
+        """Memory this record holds (its bitmask, about 6 KB on a 49k vocabulary, dominates)."""
+        return _deep_size(self)
+
 
 @dataclass(frozen=True, slots=True)
 class ReplayToken:
-    """One token of a replay: whether the grammar accepted it and where the parser then was."""
+    """One token of a replay: whether the grammar accepted it and where the parser then was.
+
+    ``bitmask`` is kept only for the tokens a caller asked for (``bitmask_for``): a replay of
+    thousands of tokens would otherwise hold (and answer) kilobytes per token.
+    """
 
     token_id: int
     text: str
@@ -98,12 +119,15 @@ class ReplayToken:
     depth: int
     path: str
     rules: tuple[str, ...]
-    bitmask: bytes
+    bitmask: bytes | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
+        """JSON-ready form; ``bitmask`` only when kept."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["bitmask"] = _b64(self.bitmask)
+        if self.bitmask is None:
+            del out["bitmask"]
+        else:
+            out["bitmask"] = _b64(self.bitmask)
         out["rules"] = list(self.rules)
         return out
 

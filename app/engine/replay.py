@@ -2,36 +2,42 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import xgrammar as xgr
 
 from app.engine.grammar import CompileResult
 from app.engine.jsonpath import JsonPosition, advance
-from app.engine.mask import allowed_vector, bitmask_bytes
+from app.engine.mask import allowed_vector, bitmask_bytes, count_allowed
 from app.engine.parser_state import active_rules
 from app.engine.records import Rejection, ReplayResult, ReplayToken
 from app.engine.tokens import Tokens
-from app.exceptions import InvalidInput
+from app.exceptions import InvalidInput, ReplayTooLong
 
 __all__ = ["replay"]
 
 _EXPECTED_SAMPLE = 20
 
 
-def _token_ids(tokens: Tokens, text: str | None, token_ids: Sequence[int] | None) -> list[int]:
+def _token_ids(
+    tokens: Tokens, text: str | None, token_ids: Sequence[int] | None, max_tokens: int | None
+) -> list[int]:
     if (text is None) == (token_ids is None):
         raise InvalidInput("give either text or token_ids")
-    if text is not None:
-        return tokens.encode(text)
-    assert token_ids is not None
-    for position, token_id in enumerate(token_ids):
+    ids = tokens.encode(text) if text is not None else list(token_ids or ())
+    if max_tokens is not None and len(ids) > max_tokens:
+        what = "the text is" if text is not None else "token_ids has"
+        raise ReplayTooLong(
+            f"{what} {len(ids)} tokens; a replay walks at most {max_tokens}",
+            pointer="/text" if text is not None else "/token_ids",
+        )
+    for position, token_id in enumerate(ids if token_ids is not None else ()):
         if not 0 <= token_id < tokens.vocab_size:
             raise InvalidInput(
                 f"token_ids[{position}] = {token_id} is outside the vocabulary "
                 f"(0..{tokens.vocab_size - 1})"
             )
-    return list(token_ids)
+    return ids
 
 
 def _accepted_prefix(matcher: xgr.GrammarMatcher, tokens: Tokens, token_id: int) -> int:
@@ -51,6 +57,8 @@ def replay(
     *,
     text: str | None = None,
     token_ids: Sequence[int] | None = None,
+    bitmask_for: Collection[int] = (),
+    max_tokens: int | None = None,
 ) -> ReplayResult:
     """Feed ``text`` (tokenized as the model would) or ``token_ids`` to a fresh matcher.
 
@@ -58,10 +66,17 @@ def replay(
     rules after it. At the first refused token the walk stops; the rejection gives the offset
     (in code points) of the first refused character and a sample of what the grammar accepts.
 
+    Args:
+        bitmask_for: the token indices whose packed bitmask is kept in the result (the others
+            keep only their allowed count); indices past the tokens walked are ignored.
+        max_tokens: the most tokens walked; a longer input is refused before any is walked.
+
     Raises:
         InvalidInput: neither or both of text and token_ids, or an id outside the vocabulary.
+        ReplayTooLong: more tokens than ``max_tokens``.
     """
-    ids = _token_ids(tokens, text, token_ids)
+    ids = _token_ids(tokens, text, token_ids, max_tokens)
+    keep = frozenset(bitmask_for)
     matcher = xgr.GrammarMatcher(grammar.compiled)
     bitmask = xgr.allocate_token_bitmask(1, tokens.vocab_size)
     position = JsonPosition()
@@ -73,7 +88,6 @@ def replay(
         else:
             matcher.fill_next_token_bitmask(bitmask)
         words = bitmask[0]
-        allowed = allowed_vector(words, tokens.vocab_size)
         accepted = bool(matcher.accept_token(token_id))
         if accepted and grammar.spec.is_json:
             position = advance(position, tokens.output_bytes(token_id))
@@ -82,11 +96,11 @@ def replay(
                 token_id=token_id,
                 text=tokens.text(token_id),
                 accepted=accepted,
-                allowed_count=int(allowed.sum()),
+                allowed_count=count_allowed(words, tokens.vocab_size),
                 depth=position.depth,
                 path=position.path if grammar.spec.is_json else "",
                 rules=tuple(active_rules(matcher, grammar.rule_names)),
-                bitmask=bitmask_bytes(words),
+                bitmask=bitmask_bytes(words) if index in keep else None,
             )
         )
         if not accepted:
@@ -94,7 +108,8 @@ def replay(
                 consumed
                 + tokens.token_bytes[token_id][: _accepted_prefix(matcher, tokens, token_id)]
             )
-            expected = tokens.shortest_texts(allowed.nonzero().flatten().tolist(), _EXPECTED_SAMPLE)
+            allowed = allowed_vector(words, tokens.vocab_size).nonzero().flatten().tolist()
+            expected = tokens.shortest_texts(allowed, _EXPECTED_SAMPLE)
             rejection = Rejection(
                 offset=len(refused_at.decode("utf-8", errors="ignore")),
                 token_index=index,

@@ -83,6 +83,7 @@ class Session:
         self._pending: tuple[int, ...] = prompt.token_ids
         self._positions = [JsonPosition()]
         self._accepted: list[bool] = []
+        self._records_bytes = 0
         # Callers may step from several threads (a web request, a stream); actions serialise.
         self._lock = threading.RLock()
 
@@ -108,15 +109,22 @@ class Session:
         return total
 
     @property
+    def records_bytes(self) -> int:
+        """Memory held by this session's step records (their bitmasks, mostly)."""
+        return self._records_bytes
+
+    @property
     def complete(self) -> bool:
         """Whether the output so far is a complete sentence of the grammar."""
-        return bool(self._matcher.is_terminated() or self._matcher.is_completed())
+        with self._lock:  # a step or a rollback may be moving the matcher
+            return bool(self._matcher.is_terminated() or self._matcher.is_completed())
 
     def validation(self) -> Validation | None:
         """The verdict on the output against the source, once the session has stopped."""
-        if not self.done:
-            return None
-        return validate_output(self.grammar.spec, self.text, complete=self.complete)
+        with self._lock:
+            if not self.done:
+                return None
+            return validate_output(self.grammar.spec, self.text, complete=self.complete)
 
     def step(self) -> StepRecord:
         """Generate one token under the mask.
@@ -185,6 +193,7 @@ class Session:
         if n == 0:
             return
         self._matcher.rollback(sum(self._accepted[-n:]))
+        self._records_bytes -= sum(s.nbytes() for s in self.steps[-n:])
         del self.steps[-n:], self._accepted[-n:], self._positions[-n:]
         self.stop_reason = None
         kept = tuple(s.token_id for s in self.steps)
@@ -266,6 +275,7 @@ class Session:
             terminated=bool(self._matcher.is_terminated()),
         )
         self.steps.append(record)
+        self._records_bytes += record.nbytes()
         self._accepted.append(accepted)
         self._positions.append(position)
         self._pending = (token,)

@@ -20,6 +20,11 @@ __all__ = ["PydanticSchema", "Sandbox"]
 
 log = logging.getLogger(__name__)
 
+# ast.parse keeps its recursion depth in per-interpreter state in CPython 3.11, so two threads
+# parsing at once can fail with "AST constructor recursion depth mismatch" (gh-106905): the
+# static checks (milliseconds each) run one at a time.
+_CHECKING = threading.Lock()
+
 
 @dataclass(frozen=True)
 class PydanticSchema:
@@ -104,7 +109,8 @@ class Sandbox:
 
     def _run(self, request: dict[str, Any]) -> dict[str, Any]:
         level = self._check_level()
-        check_source(request["source"])
+        with _CHECKING:
+            check_source(request["source"])
         with self._slots:
             answer = run_child(request, self.limits, require=level)
         if not answer["ok"]:

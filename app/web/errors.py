@@ -26,7 +26,7 @@ STATUS: dict[type[exc.MaskscopeError], int] = {
     exc.RunInProgress: 409,
     exc.SessionNotFound: 404,
     exc.PermalinkNotFound: 404,
-    exc.SnapshotTooLarge: 413,
+    exc.TooLarge: 413,
     exc.SessionGone: 410,
     exc.CapacityExceeded: 429,
     exc.NotReady: 503,

@@ -129,13 +129,29 @@ class SessionIn(_Strict):
     max_tokens: int = Field(default=256, ge=1, le=4096)
     top_k: int = Field(default=10, ge=1, le=100)
 
+    def prompt_bytes(self) -> int:
+        """The size of the prompt as sent: every message and the raw prompt, in UTF-8."""
+        size = sum(len(m.content.encode("utf-8")) for m in self.messages)
+        return size + len((self.raw_prompt or "").encode("utf-8"))
+
     @model_validator(mode="after")
     def _prompt_size(self) -> SessionIn:
-        size = sum(len(m.content.encode("utf-8")) for m in self.messages)
-        size += len((self.raw_prompt or "").encode("utf-8"))
+        size = self.prompt_bytes()
         if size > MAX_MESSAGE_CHARS:
-            raise ValueError(f"the prompt is {size} bytes in total; the limit is 32768")
+            raise ValueError(
+                f"the prompt is {size} bytes in total; the limit is {MAX_MESSAGE_CHARS}"
+            )
         return self
+
+    def check_size(self, settings: Settings) -> None:
+        """Refuse a source or a prompt above the settings' size limits."""
+        self.grammar.check_size(settings)
+        size = self.prompt_bytes()
+        if size > settings.messages_max_bytes:
+            raise InvalidInput(
+                f"the prompt is {size} bytes in total; the limit is {settings.messages_max_bytes}",
+                pointer="/raw_prompt" if self.raw_prompt else "/messages",
+            )
 
     def chat_messages(self, spec: GrammarSpec) -> list[ChatMessage]:
         """The messages, with the JSON Schema appended to the system message when asked."""
@@ -191,6 +207,11 @@ class ReplayIn(_Strict):
     text: Text | None = Field(default=None, max_length=MAX_SOURCE_CHARS)
     token_ids: list[Annotated[int, Field(ge=0, le=2**31 - 1)]] | None = Field(
         default=None, max_length=8192
+    )
+    bitmask_for: list[Annotated[int, Field(ge=0, le=8191)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="token indices whose packed bitmask the answer includes",
     )
 
     @model_validator(mode="after")

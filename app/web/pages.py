@@ -11,7 +11,7 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 from starlette.datastructures import FormData
 
-from app.engine import PRESETS, ReplayToken, StepRecord
+from app.engine import PRESETS, StepRecord
 from app.examples import Example, load_examples
 from app.exceptions import GrammarError, InvalidInput, PermalinkNotFound
 from app.web import actions, sharing
@@ -154,19 +154,19 @@ async def playground(request: Request, state: StateDep, example: str | None = No
 async def permalink_page(request: Request, state: StateDep, snapshot_id: str) -> HTMLResponse:
     """A shared snapshot: the playground pre-filled; its trace replays on load."""
     try:
-        snapshot, _ = sharing.load(state, snapshot_id)
+        snapshot, _ = await sharing.load(state, snapshot_id)
     except PermalinkNotFound:
         return not_found_page(
             request, "This permalink does not exist: check the link, or ask for a new one."
         )
-    engine = await state.wait_engine()
+    engine = state.engine  # while the model loads, the page shows; opening the session is 503
     return _page(
         request,
         state,
         _prefill_from_request(snapshot["request"]),
         permalink=snapshot_id,
         trace_steps=sum(a.get("n", 1) for a in snapshot["actions"]),
-        differences=sharing.differences(snapshot, engine.model.identity),
+        differences=sharing.differences(snapshot, engine.model.identity) if engine else [],
     )
 
 
@@ -175,7 +175,7 @@ async def open_permalink_fragment(
     request: Request, state: StateDep, engine: EngineDep, snapshot_id: str
 ) -> HTMLResponse:
     """The shared session reopened: every chip, the last step inspected, the status."""
-    snapshot, _ = sharing.load(state, snapshot_id)
+    snapshot, _ = await sharing.load(state, snapshot_id)
     handle = await sharing.open_snapshot(state, engine, snapshot)
     answer = await actions.step_response(state, handle, [])
     steps = handle.session.steps
@@ -192,7 +192,11 @@ async def open_permalink_fragment(
 @router.post("/ui/sessions/{session_id}/share", response_class=HTMLResponse)
 async def share_fragment(request: Request, state: StateDep, handle: HandleDep) -> HTMLResponse:
     """Store the session as a permalink; the link, ready to copy."""
-    snapshot_id, _ = await asyncio.to_thread(state.store.put, sharing.snapshot_of_session(handle))
+
+    def store() -> tuple[str, bool]:
+        return state.store.put(sharing.snapshot_of_session(handle))
+
+    snapshot_id, _ = await asyncio.to_thread(store)
     context = {"url": f"{request.base_url}s/{snapshot_id}", "path": f"/s/{snapshot_id}",
                "session_id": handle.id}  # fmt: skip
     return _render(state, request, "partials/_share.html", context)
@@ -256,7 +260,7 @@ def _deletions(first: int, last: int) -> str:
 async def back_fragment(state: StateDep, handle: HandleDep) -> HTMLResponse:
     """One step back: the last chip is removed."""
     before = len(handle.session.steps)
-    await actions.back(handle, 1)
+    await actions.back(state, handle, 1)
     removed = _deletions(len(handle.session.steps), before)
     return _fragments(state, *await _step_parts(state, handle, []), prefix=removed)
 
@@ -308,28 +312,28 @@ async def inspector_fragment(
     return _render(state, request, "partials/_inspector.html", context)
 
 
-async def _replay(request: Request, state: AppState, engine: EngineDep) -> tuple[Any, str]:
+async def _replay_form(request: Request) -> ReplayIn:
     form = await request.form()
-    text = str(form.get("text") or "")
-    body: ReplayIn = _validated(ReplayIn, {"grammar": _grammar(form), "text": text})
-    return await actions.replay(state, engine, body), text
+    body: ReplayIn = _validated(
+        ReplayIn, {"grammar": _grammar(form), "text": form.get("text") or ""}
+    )
+    return body
 
 
 @router.post("/ui/replay", response_class=HTMLResponse)
 async def replay_fragment(request: Request, state: StateDep, engine: EngineDep) -> HTMLResponse:
-    """Replay the text against the form's grammar."""
-    result, text = await _replay(request, state, engine)
-    return _render(state, request, "partials/_replay.html", {"result": result, "text": text})
+    """Replay the text against the form's grammar (no bitmasks: a click fetches one)."""
+    body = await _replay_form(request)
+    result = await actions.replay(state, engine, body)
+    return _render(state, request, "partials/_replay.html", {"result": result, "text": body.text})
 
 
 @router.post("/ui/replay/{index}", response_class=HTMLResponse)
 async def replay_inspector(
     request: Request, state: StateDep, engine: EngineDep, index: Annotated[int, Path(ge=0)]
 ) -> HTMLResponse:
-    """The inspector for one replayed token (recomputed: replay is cheap and stateless)."""
-    result, _ = await _replay(request, state, engine)
-    if index >= len(result.tokens):
-        raise InvalidInput(f"token {index} does not exist (the replay has {len(result.tokens)})")
-    token: ReplayToken = result.tokens[index]
+    """The inspector for one replayed token, with its bitmask: the walk goes up to it only."""
+    body = await _replay_form(request)
+    token = await actions.replay_token(state, engine, body.grammar, body.text or "", index)
     context = {"token": token, "index": index, "vocab_size": engine.model.tokens.vocab_size}
     return _render(state, request, "partials/_inspector.html", context)

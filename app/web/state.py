@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import gc
 import logging
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from app.sandbox.sandbox import Sandbox
 from app.settings import Settings
 from app.store.permalinks import PermalinkStore
 from app.web import render
+from app.web.executors import Pools
 from app.web.sessions import SessionStore
 
 __all__ = ["AppState", "STATIC_DIR", "TEMPLATES_DIR", "release_memory"]
@@ -26,7 +25,6 @@ log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parent.parent.parent
 STATIC_DIR = ROOT / "static"
 TEMPLATES_DIR = ROOT / "templates"
-_WAIT_FOR_MODEL_S = 120.0
 
 
 def release_memory() -> None:
@@ -51,9 +49,7 @@ class AppState:
         self.engine = engine
         self.owns_engine = engine is None
         self.load_error: Exception | None = None
-        self._ready = threading.Event()
-        if engine is not None:
-            self._ready.set()
+        self.pools = Pools.create(settings)
         self.sessions = SessionStore(
             settings.max_sessions, settings.session_ttl_s, settings.max_kv_mb * 1024 * 1024
         )
@@ -79,23 +75,20 @@ class AppState:
         except Exception as error:  # reported on /readyz and by every engine route
             log.exception("the model failed to load")
             self.load_error = error
-        finally:
-            self._ready.set()
 
-    async def wait_engine(self) -> Engine:
-        """The engine, waiting for it to load if needed.
+    def require_engine(self) -> Engine:
+        """The engine, at once: a request never holds a thread waiting for the model to load.
 
         Raises:
-            NotReady: it failed to load, or is still loading after two minutes.
+            NotReady: it is still loading, or failed to load.
         """
-        if self.engine is None and not self._ready.is_set():
-            await asyncio.to_thread(self._ready.wait, _WAIT_FOR_MODEL_S)
         if self.engine is None:
-            reason = f": {self.load_error}" if self.load_error else " yet"
-            raise NotReady(f"the model is not loaded{reason}")
+            reason = f"failed to load: {self.load_error}" if self.load_error else "is loading"
+            raise NotReady(f"the model {reason}; try again when /readyz says ready")
         return self.engine
 
     def close(self) -> None:
         """Stop what this app started."""
+        self.pools.shutdown()
         if self.owns_engine and self.engine is not None:
             self.engine.close()

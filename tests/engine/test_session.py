@@ -201,3 +201,16 @@ def test_a_regex_grammar_on_a_raw_prompt(engine: Engine) -> None:
 def test_max_tokens_above_the_cap_is_refused(engine: Engine) -> None:
     with pytest.raises(InvalidInput):
         _nested(engine, max_tokens=engine.settings.max_tokens_cap + 1)
+
+
+def test_the_memory_of_the_step_records_is_counted(engine: Engine) -> None:
+    session = _nested(engine, max_tokens=20)
+    assert session.records_bytes == 0
+    session.run(5)
+    sizes = [s.nbytes() for s in session.steps]
+    assert session.records_bytes == sum(sizes)
+    assert all(size > len(s.bitmask) >= 6144 for size, s in zip(sizes, session.steps, strict=True))
+    session.back(2)
+    assert session.records_bytes == sum(sizes[:3])
+    session.step()
+    assert session.records_bytes == sum(sizes[:3]) + session.steps[-1].nbytes()

@@ -4,11 +4,13 @@ static check is bypassed (the process is the second wall, not the only one)."""
 from __future__ import annotations
 
 import ast
+import gc
 import json
 import logging
 import os
 import sys
 import tempfile
+import threading
 import time
 import types
 from pathlib import Path
@@ -280,3 +282,35 @@ def test_the_level_is_probed_once_and_logged(caplog: pytest.LogCaptureFixture) -
         f"sandbox containment: full (uid {dropped}, no_new_privs, "
         f"Landlock ABI {landlock.abi_version()}, seccomp)"
     ]
+def test_static_checks_in_threads_at_once_never_fail_inside_ast_parse(sandbox: Sandbox) -> None:
+    # A model of 60 classes, then a refused import: parsed in full, refused, no process run.
+    lines = ["from pydantic import BaseModel"]
+    for k in range(60):
+        lines += [f"class M{k}(BaseModel):"] + [
+            f"    f{f}: list[dict[str, int]] = []" for f in range(12)
+        ]
+    source = "\n".join([*lines, "import os"])
+    outcomes: list[str] = []
+
+    def check() -> None:
+        for _ in range(10):
+            try:
+                sandbox.schema(source)
+            except SourceRefused:
+                outcomes.append("refused")
+            except SystemError as error:  # CPython 3.11's ast state shared by threads
+                outcomes.append(str(error))
+
+    def switch(phase: str, info: dict[str, int]) -> None:
+        time.sleep(0)  # Python code the collector runs may switch threads in the middle of a parse
+
+    gc.callbacks.append(switch)
+    try:
+        threads = [threading.Thread(target=check) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    finally:
+        gc.callbacks.remove(switch)
+    assert outcomes == ["refused"] * 40

@@ -234,11 +234,14 @@ def test_pause_answers_with_the_state(client: TestClient) -> None:
 
 def test_replay(client: TestClient) -> None:
     grammar = {"kind": "json_schema", "source": NESTED_SOURCE}
-    bad = client.post("/api/replay", json={"grammar": grammar, "text": '{"user": 5}'}).json()
+    body = {"grammar": grammar, "text": '{"user": 5}', "bitmask_for": [1]}
+    bad = client.post("/api/replay", json=body).json()
     assert bad["accepted"] is False and bad["rejection"]["offset"] == 9
     assert set(bad["tokens"][0]) == {
-        "token_id", "text", "accepted", "allowed_count", "depth", "path", "rules", "bitmask",
+        "token_id", "text", "accepted", "allowed_count", "depth", "path", "rules",
     }  # fmt: skip
+    assert set(bad["tokens"][1]) == set(bad["tokens"][0]) | {"bitmask"}
+    _error(client.post("/api/replay", json={**body, "bitmask_for": list(range(65))}), 422)
     ids = client.post("/api/replay", json={"grammar": grammar, "token_ids": [90, 2]}).json()
     assert ids["accepted"] is False
     _error(client.post("/api/replay", json={"grammar": grammar}), 422)

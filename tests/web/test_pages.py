@@ -102,6 +102,11 @@ def test_replay_fragment(client: TestClient) -> None:
     assert "Refused at offset <b>16</b>" in html
     inspector = client.post("/ui/replay/0", data={**_form(), "text": text}, headers=HX).text
     assert "Replayed token <b>#0</b>" in inspector and "accepted" in inspector
+    refused = client.post("/ui/replay/7", data={**_form(), "text": text}, headers=HX).text
+    assert "Replayed token <b>#7</b>" in refused and ">refused</span>" in refused
+    assert re.search(r'data-bitmask="[A-Za-z0-9+/=]{8000,}"', refused), "fetched on demand"
+    past = client.post("/ui/replay/8", data={**_form(), "text": text}, headers=HX)
+    assert past.status_code == 422 and "token 8 does not exist (the replay has 8)" in past.text
 
 
 def test_untrusted_text_is_escaped(client: TestClient) -> None:
