@@ -282,6 +282,8 @@ def test_the_level_is_probed_once_and_logged(caplog: pytest.LogCaptureFixture) -
         f"sandbox containment: full (uid {dropped}, no_new_privs, "
         f"Landlock ABI {landlock.abi_version()}, seccomp)"
     ]
+
+
 def test_static_checks_in_threads_at_once_never_fail_inside_ast_parse(sandbox: Sandbox) -> None:
     # A model of 60 classes, then a refused import: parsed in full, refused, no process run.
     lines = ["from pydantic import BaseModel"]
