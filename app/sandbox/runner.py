@@ -110,6 +110,8 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
             "models": names,
             "root": root.__name__,
         }
+    if request["action"] == "validate_many":
+        return {"ok": True, "results": [_validate(root, text) for text in request["texts"]]}
     return {"ok": True, "errors": _validate(root, request["text"])}
 
 

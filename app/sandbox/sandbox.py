@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,3 +77,16 @@ class Sandbox:
         )
         errors = tuple(ValidationError(e["path"], e["message"]) for e in answer["errors"])
         return Validation(not errors, errors)
+
+    def validate_many(
+        self, source: str, root_model: str | None, texts: Sequence[str]
+    ) -> list[Validation]:
+        """Validate each text with the Pydantic model, all in one sandbox process."""
+        answer = self._run(
+            {"action": "validate_many", "source": source, "root_model": root_model,
+             "texts": list(texts)}
+        )  # fmt: skip
+        return [
+            Validation(not errors, tuple(ValidationError(e["path"], e["message"]) for e in errors))
+            for errors in answer["results"]
+        ]
