@@ -180,27 +180,27 @@ def _document_order(node: Any, parts: tuple[str | int, ...] = ()) -> Iterator[st
 def error_pointer(root: Any, schema_path: Iterable[str | int]) -> str:
     """The JSON pointer of the keyword a validator's ``absolute_schema_path`` ends on.
 
-    jsonschema's path goes through ``$ref`` and continues inside the referenced schema; this
-    follows the reference so the pointer names the keyword where it is written.
+    jsonschema's path continues inside a referenced schema as if it were written in place (and
+    older versions name the ``$ref`` on the way); this follows the reference, so the pointer
+    names the keyword where it is written.
     """
     parts: list[str | int] = []
+    node = root
     for part in schema_path:
+        while isinstance(node, dict) and part not in node and isinstance(node.get("$ref"), str):
+            target = resolve_ref(root, node["$ref"])
+            if target is None:
+                break
+            parts, node = list(target[0]), target[1]
         if part == "$ref":
-            node = _at(root, parts)
-            ref = node.get("$ref") if isinstance(node, dict) else None
-            target = resolve_ref(root, ref) if isinstance(ref, str) else None
-            if target is not None:
-                parts = list(target[0])
-                continue
+            continue
         parts.append(part)
+        node = _child(node, part)
     return pointer_from_parts(parts)
 
 
-def _at(root: Any, parts: list[str | int]) -> Any:
-    node = root
-    for part in parts:
-        try:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        except (KeyError, IndexError, ValueError, TypeError):
-            return None
-    return node
+def _child(node: Any, part: str | int) -> Any:
+    try:
+        return node[int(part)] if isinstance(node, list) else node[part]
+    except (KeyError, IndexError, ValueError, TypeError):
+        return None

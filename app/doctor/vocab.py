@@ -52,6 +52,9 @@ class Vocab:
         string_closers: ids that end a string: ``"`` then only ``]`` and ``}``, best first
             (the most brackets closed, then the longest).
         closers: ids made only of ``]`` and ``}``, longest first.
+        item_ends: the ids of ``,``, ``]`` and ``}`` alone: what ends an array item.
+        commas: the ids of ``,`` alone.
+        quotes: the ids of ``"`` alone.
         openers: bool per id: the token opens an object or array.
         blank: bool per id: the token is only whitespace.
         stop: the ids that end a document.
@@ -63,6 +66,9 @@ class Vocab:
     single: IdSet
     string_closers: IdSet
     closers: IdSet
+    item_ends: IdSet
+    commas: IdSet
+    quotes: IdSet
     openers: np.ndarray
     blank: np.ndarray
     stop: IdSet
@@ -87,6 +93,9 @@ class Vocab:
                 sorted(ending, key=lambda i: (-len(set(data[i]) & _BRACKETS), -len(data[i]), i))
             ),
             closers=IdSet(sorted(brackets, key=lambda i: (-len(data[i]), i))),
+            item_ends=IdSet(i for i in usable if data[i] in (b",", b"]", b"}")),
+            commas=IdSet(i for i in usable if data[i] == b","),
+            quotes=IdSet(i for i in usable if data[i] == b'"'),
             openers=np.array([bool(set(d) & _OPENERS) for d in data]),
             blank=np.array([bool(d) and set(d) <= _WHITESPACE for d in data]),
             stop=IdSet(sorted(tokens.stop_ids)),

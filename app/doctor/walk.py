@@ -28,13 +28,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import xgrammar as xgr
 
-from app.doctor.vocab import Vocab, allowed_ids
+from app.doctor.vocab import IdSet, Vocab, allowed_ids
 from app.engine.tokens import Tokens
 
 __all__ = ["STYLES", "Walked", "Walker"]
 
 STYLES = ("minimal", "uniform", "short", "echo", "literal")
 _LITERAL = 0.6
+_ECHO = 0.7
 _STOP_WHILE_EXPLORING = 0.35
 _SKIP_BLANK = 0.9
 _WHITESPACE_RUN = 1025  # beyond the largest max_whitespace_cnt a request may set (1024)
@@ -88,6 +89,11 @@ class _Scan:
         last = self.data.rstrip()[-1:]
         return not self.in_string and (not last or last[0] in _VALUE_START)
 
+    def after_first_item(self) -> bool:
+        """Whether the first item of the innermost array may just have ended."""
+        top = self.stack[-1] if self.stack else None
+        return top is not None and top[1] < 0 and not self.in_string and len(self.data) > top[0]
+
     def first_item(self) -> bytes | None:
         """At the start of an array item after the first: the first item's text."""
         top = self.stack[-1] if self.stack else None
@@ -133,12 +139,18 @@ class Walker:
         count = 0
         while count < limit:
             self._probe_whitespace(matcher, scan)
-            count += self._jump_forward(matcher, scan)
+            if style == "echo" and scan.after_first_item() and rng.random() < _ECHO:
+                count += self._take(rng, matcher, scan, self._vocab.commas)
+            # a separator's forced whitespace first: the text replayed next starts after it
+            count += self._jump_forward(matcher, scan, whitespace_only=True)
             if style == "echo" and (item := scan.first_item()):
-                count += self._replay(matcher, scan, item.decode("utf-8", errors="ignore"))
+                echoed = self._replay(matcher, scan, item.decode("utf-8", errors="ignore"))
+                count += self._take(rng, matcher, scan, self._vocab.item_ends) if echoed else 0
+                count += echoed
             if style == "literal" and self._literals and scan.at_value():
                 if rng.random() < _LITERAL:
                     count += self._replay(matcher, scan, rng.choice(self._literals))
+            count += self._jump_forward(matcher, scan)
             matcher.fill_next_token_bitmask(self._bitmask)
             finishing = count >= explore or style == "minimal"
             token = self._choose(rng, style, finishing=finishing, in_string=scan.in_string)
@@ -150,10 +162,30 @@ class Walker:
             count += 1
         return None
 
-    def _jump_forward(self, matcher: xgr.GrammarMatcher, scan: _Scan) -> int:
-        """Take what the grammar forces (a key, a separator) at once; its token count is the
-        tokenizer's for that text."""
+    def _take(
+        self, rng: random.Random, matcher: xgr.GrammarMatcher, scan: _Scan, ids: IdSet
+    ) -> int:
+        """One of ``ids`` if the grammar allows one here: a comma after a first array item (so
+        there is a second to repeat it), or the end of the item just repeated (a number could
+        otherwise grow into another one)."""
+        matcher.fill_next_token_bitmask(self._bitmask)
+        ends = ids.allowed(self._words)
+        if not len(ends):
+            return 0
+        token = int(ends[rng.randrange(len(ends))])
+        if not matcher.accept_token(token):
+            return 0
+        scan.feed(self._tokens.output_bytes(token))
+        return 1
+
+    def _jump_forward(
+        self, matcher: xgr.GrammarMatcher, scan: _Scan, *, whitespace_only: bool = False
+    ) -> int:
+        """Take what the grammar forces (a key, a separator) at once, or only its leading
+        whitespace; it counts as many tokens as the tokenizer makes of it."""
         forced = matcher.find_jump_forward_string()
+        if whitespace_only:
+            forced = forced[: len(forced) - len(forced.lstrip())]
         if not forced or not matcher.accept_string(forced):
             return 0
         scan.feed(forced.encode("utf-8"))
@@ -173,7 +205,9 @@ class Walker:
         if len(stops) and (finishing or rng.random() < _STOP_WHILE_EXPLORING):
             return int(stops[0])
         if finishing and self._json:
-            closers = (vocab.string_closers if in_string else vocab.closers).allowed(words)
+            # echo ends a string alone, so that its array can still get a second item
+            ending = vocab.quotes if style == "echo" else vocab.string_closers
+            closers = (ending if in_string else vocab.closers).allowed(words)
             if len(closers):
                 return int(closers[0])
         ids = allowed_ids(words, vocab.size)
