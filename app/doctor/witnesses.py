@@ -16,6 +16,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,13 +155,15 @@ class _Search:
         share = self.start + (self.deadline - self.start) * _GRAMMAR_SHARE
         walked, cut = _walks(self.walker, self.seed, GRAMMAR_DOCUMENTS, share)
         texts = list(dict.fromkeys(w.text for w in walked))
-        refused, strict_example, drawn, cut_drawing = self._drawn()
-        verdicts = self._model_verdicts(texts + [text for text, _ in refused])
+        # The Pydantic model judges the walked documents in its sandbox process while this
+        # thread draws from the schema (drawn documents are judged by the derived schema).
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="doctor-model") as pool:
+            judging = pool.submit(self._model_verdicts, texts)
+            refused, strict_example, drawn, cut_drawing = self._drawn()
+            verdicts = judging.result()
         accepts = [self._grammar_witness(t, verdicts.get(t)) for t in texts]
         refusals = [
-            Witness(Direction.SCHEMA_ACCEPTS, text, (), refusal)
-            for text, refusal in refused
-            if verdicts.get(text) is None or verdicts[text].valid
+            Witness(Direction.SCHEMA_ACCEPTS, text, (), refusal) for text, refusal in refused
         ]
         search = Search(
             seed=self.seed,

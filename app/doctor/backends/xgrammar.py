@@ -32,7 +32,7 @@ def assess(
     """
     messages = [Message(f"warning: {line}") for line in warnings]
     weak = [f for f in findings if f.status in (Status.IGNORED, Status.WEAKENED)]
-    messages += [Message(f"{f.keyword} {f.status.value}: {f.detail}", f.pointer) for f in weak]
+    messages += [Message(f"{f.keyword} {f.status.value}", f.pointer) for f in weak]
     if weaker:
         messages.append(Message(f"accepts {weaker} document(s) the schema rejects: see witnesses"))
     if stricter:
