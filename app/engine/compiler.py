@@ -169,14 +169,13 @@ class GrammarCompiler:
             raise InvalidInput(f"only JSON Schemas have keywords to probe, not {spec.kind.value}")
         payload = {"op": "probe", "source": spec.source, "options": spec.options.to_dict(),
                    "pointers": pointers, "budget_s": budget_s}  # fmt: skip
-        answer = self._send(payload, self._timeout_s)
+        answer = self._send(payload)
         return ProbeResult(
             probes=tuple(
                 KeywordProbe(p["pointer"], bool(p["identical"]), tuple(p["warnings"]))
                 for p in answer["probes"]
             ),
             warnings=tuple(answer["warnings"]),
-            asked=len(pointers),
             cut_short=bool(answer["cut_short"]),
             ms=float(answer["ms"]),
         )
@@ -187,14 +186,14 @@ class GrammarCompiler:
             "source": spec.source,
             "options": spec.options.to_dict(),
         }
-        return self._send(payload, self._timeout_s)
+        return self._send(payload)
 
-    def _send(self, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    def _send(self, payload: dict[str, Any]) -> dict[str, Any]:
         if self._closed:  # its workers are gone: waiting for one would wait forever
             raise GrammarError("the grammar compiler has been shut down")
         worker = self._idle.get()
         try:
-            return worker.request(payload, timeout_s)
+            return worker.request(payload, self._timeout_s)
         except GrammarTooComplex:
             worker.close()
             worker = _Worker(self._tokenizer_json)

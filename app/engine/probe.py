@@ -39,14 +39,12 @@ class ProbeResult:
     Attributes:
         probes: one entry per keyword probed (fewer than asked when cut short).
         warnings: what xgrammar printed converting the whole schema.
-        asked: how many keywords were asked for.
         cut_short: the time bound was reached before every keyword was probed.
         ms: wall time of the probe in the worker.
     """
 
     probes: tuple[KeywordProbe, ...]
     warnings: tuple[str, ...]
-    asked: int
     cut_short: bool
     ms: float
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from app.doctor.backends import openai_strict, sglang, vllm
-from app.doctor.records import Verdict
+from app.doctor.records import BackendRow, Verdict
 from app.examples import EXAMPLES_DIR
 
 STRICT = {"type": "object", "additionalProperties": False}
@@ -54,7 +54,7 @@ def test_the_examples_pass_vllms_precheck(name: str) -> None:
     assert row.verdict is Verdict.OK
 
 
-def _vllm(schema: Any, *, guidance: str = "", converts: bool = True) -> vllm.BackendRow:
+def _vllm(schema: Any, *, guidance: str = "", converts: bool = True) -> BackendRow:
     return vllm.assess(schema, converts=converts, guidance_error=lambda _: guidance,
                        xgrammar_ignores=False)  # fmt: skip
 
