@@ -14,6 +14,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass
 
 from app.doctor import enforcement
@@ -35,9 +36,9 @@ from app.doctor.witnesses import Found, ValidateMany, search
 from app.engine.engine import Engine
 from app.engine.grammar import CompileResult, GrammarSpec
 from app.engine.probe import ProbeResult
-from app.exceptions import GrammarError
+from app.exceptions import GrammarError, GrammarTooComplex
 
-__all__ = ["DEFAULT_BUDGET_MS", "MAX_BUDGET_MS", "Doctor", "PydanticSource"]
+__all__ = ["DEFAULT_BUDGET_MS", "MAX_BUDGET_MS", "Doctor", "OtherCompile", "PydanticSource"]
 
 DEFAULT_BUDGET_MS = 2000
 MAX_BUDGET_MS = 20_000
@@ -132,13 +133,15 @@ class Doctor:
         costs = _costs(grammar, None, found, max_tokens)
         return DoctorReport((), (), None, None, (row,), costs)
 
-    def compile_other_whitespace(self, spec: GrammarSpec) -> CompileResult | None:
-        """The same request with ``any_whitespace`` flipped; None when it does not compile."""
+    def compile_other_whitespace(self, spec: GrammarSpec) -> OtherCompile:
+        """The same request with ``any_whitespace`` flipped."""
         options = dataclasses.replace(spec.options, any_whitespace=not spec.options.any_whitespace)
         try:
-            return self._engine.compile(dataclasses.replace(spec, options=options))
+            return OtherCompile(self._engine.compile(dataclasses.replace(spec, options=options)))
+        except GrammarTooComplex:
+            return OtherCompile(None)
         except GrammarError:
-            return None
+            return OtherCompile(None, refused=True)
 
     def probe(self, spec: GrammarSpec, pointers: list[str], budget_ms: int) -> ProbeResult | None:
         """The keyword probe in a compile worker; None when a conversion ran past the limit."""
@@ -146,6 +149,19 @@ class Doctor:
             return self._engine.compiler.probe_keywords(spec, pointers, budget_s=budget_ms / 1000)
         except GrammarError:
             return None
+
+
+@dataclass(frozen=True)
+class OtherCompile:
+    """The request compiled with the other ``any_whitespace`` setting.
+
+    Attributes:
+        result: the compile; None when it failed or did not finish in time.
+        refused: xgrammar refused the schema with those options (not a time limit).
+    """
+
+    result: CompileResult | None
+    refused: bool = False
 
 
 class _Examination:
@@ -160,14 +176,17 @@ class _Examination:
 
     def run(self, seed: int, budget_ms: int, max_tokens: int | None) -> DoctorReport:
         keywords = constraint_keywords(self.schema)
-        llg = self.doctor.llguidance
-        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="doctor") as pool:
+        llguidance = self.doctor.llguidance
+        # Not a `with` block: leaving it would wait for a slow any_whitespace compile (ten times
+        # slower, tens of seconds on big schemas), which may finish (and fill the cache) later.
+        pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="doctor")
+        try:
             probing = pool.submit(
                 self.doctor.probe, self.spec, [k.pointer for k in keywords], budget_ms
             )
-            other = pool.submit(self.doctor.compile_other_whitespace, self.spec)
-            llg_row = pool.submit(llg.assess_schema, self.schema, self.spec.options)
-            guidance = pool.submit(llg.schema_error, self.schema)
+            spacing = pool.submit(self.doctor.compile_other_whitespace, self.spec)
+            llg_row = pool.submit(llguidance.assess_schema, self.schema, self.spec.options)
+            guidance = pool.submit(llguidance.schema_error, self.schema)
             validate = self.pydantic.validate_many if self.pydantic else None
             found = search(
                 self.grammar,
@@ -179,6 +198,10 @@ class _Examination:
                 validate_many=validate,
             )
             probe = probing.result()
+            other = _within(spacing, budget_ms / 1000)
+            llg, vllm_guidance = llg_row.result(), guidance.result()  # llguidance: fast
+        finally:
+            pool.shutdown(wait=False)
         line_of = self._line_of()
         unchecked = found.search.unchecked_formats if found.search else ()
         findings = enforcement.findings(
@@ -189,8 +212,8 @@ class _Examination:
             strict_mode=self.spec.options.strict_mode,
             unchecked_formats=unchecked,
         )
-        backends = self._backends(findings, found, other, llg_row, guidance)
-        costs = _costs(self.grammar, other.result(), found, max_tokens)
+        backends = self._backends(findings, found, other, llg, vllm_guidance)
+        costs = _costs(self.grammar, other.result, found, max_tokens)
         checked = (
             Enforcement(len(probe.probes), len(keywords), probe.ms, probe.cut_short)
             if probe
@@ -207,9 +230,9 @@ class _Examination:
         self,
         findings: tuple[KeywordFinding, ...],
         found: Found,
-        other: Future[CompileResult | None],
-        llg_row: Future[BackendRow],
-        guidance: Future[str],
+        other: OtherCompile,
+        llg_row: BackendRow,
+        guidance: str,
     ) -> tuple[BackendRow, ...]:
         weaker = sum(w.direction is Direction.GRAMMAR_ACCEPTS for w in found.witnesses)
         stricter = len(found.witnesses) - weaker
@@ -221,19 +244,27 @@ class _Examination:
             stricter=stricter,
         )
         ignores = weaker > 0 or any(f.status in (Status.IGNORED, Status.WEAKENED) for f in findings)
-        with_spaces = self.grammar if self.spec.options.any_whitespace else other.result()
+        # vLLM converts with any_whitespace; this request's own options compiled already.
+        converts = self.spec.options.any_whitespace or not other.refused
         return (
             row,
             vllm.assess(
                 self.schema,
-                converts=with_spaces is not None,
-                guidance_error=lambda _: guidance.result(),
+                converts=converts,
+                guidance_error=lambda _: guidance,
                 xgrammar_ignores=ignores,
             ),
             sglang.assess(self.schema, xgrammar_ignores=ignores),
-            llg_row.result(),
+            llg_row,
             openai_strict.assess(self.schema),
         )
+
+
+def _within(future: Future[OtherCompile], seconds: float) -> OtherCompile:
+    try:
+        return future.result(timeout=seconds)
+    except FuturesTimeout:
+        return OtherCompile(None)
 
 
 def _costs(

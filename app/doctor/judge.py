@@ -17,7 +17,7 @@ import jsonschema
 from app.doctor.keywords import error_pointer, subschemas
 from app.paths import format_path
 
-__all__ = ["Judge", "Verdict", "WitnessError"]
+__all__ = ["Judge", "Judged", "WitnessError"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class WitnessError:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Judged:
     """A document judged: its parsed value (None when it is not JSON) and the errors."""
 
     value: Any
@@ -89,18 +89,18 @@ class Judge:
             for e in _leaves(errors)
         )
 
-    def text(self, text: str) -> Verdict:
+    def text(self, text: str) -> Judged:
         """Parse and judge a document; text that is not JSON is an error at ``$``."""
         try:
             value = json.loads(text)
         except json.JSONDecodeError as exc:
             message = f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-            return Verdict(None, (WitnessError("$", message),))
-        return Verdict(value, self.value(value))
+            return Judged(None, (WitnessError("$", message),))
+        return Judged(value, self.value(value))
 
 
 def _leaves(errors: list[Any]) -> Iterator[Any]:
-    """Each error once; a ``$ref`` error stands for itself (its context is the target's)."""
+    """Each error once (the same path and keyword can be reached twice)."""
     seen: set[tuple[str, str]] = set()
     for error in errors:
         key = (str(list(error.absolute_path)), str(list(error.absolute_schema_path)))

@@ -40,8 +40,7 @@ _STOP_WHILE_EXPLORING = 0.35
 _SKIP_BLANK = 0.9
 _WHITESPACE_RUN = 1025  # beyond the largest max_whitespace_cnt a request may set (1024)
 _WHITESPACE_PROBES = 32
-_STRUCTURAL = frozenset(b"{[,:")
-_VALUE_START = frozenset(b"{[,:")
+_VALUE_START = frozenset(b"{[,:")  # where whitespace between JSON tokens may go, too
 
 
 @dataclass(frozen=True)
@@ -274,7 +273,7 @@ class Walker:
         """Try a run of whitespace longer than any cap allows, where the walk now is."""
         if self.unbounded_whitespace or self._probes_left <= 0:
             return
-        if self._json and (scan.in_string or (scan.data and scan.data[-1] not in _STRUCTURAL)):
+        if self._json and (scan.in_string or (scan.data and scan.data[-1] not in _VALUE_START)):
             return
         self._probes_left -= 1
         for char in (" ", "\n"):

@@ -212,19 +212,15 @@ class _Search:
             if refusal is None:
                 continue
             if strict and _has_undeclared(value):
-                stripped = as_grammar_writes(without_undeclared(value), self.grammar.spec.options)
-                if _refusal(self.grammar.compiled, self.tokens, self.vocab, stripped) is None:
-                    strict_example = strict_example or text
+                bare = without_undeclared(value)
+                written, text = text, as_grammar_writes(bare, self.grammar.spec.options)
+                refusal = _refusal(self.grammar.compiled, self.tokens, self.vocab, text)
+                if refusal is None:  # refused for its undeclared properties only
+                    strict_example = strict_example or written
                     continue
-                value = without_undeclared(value)
-                if self.judge.value(value):
+                if self.judge.value(bare):  # without them, the schema rejects it
                     continue
-                text, refusal = (
-                    stripped,
-                    _refusal(self.grammar.compiled, self.tokens, self.vocab, stripped),
-                )
-            if refusal is not None:
-                refused.append((text, refusal))
+            refused.append((text, refusal))
         return refused, strict_example, drawn, False
 
     def _draw(self, index: int) -> Any:

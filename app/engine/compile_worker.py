@@ -136,6 +136,11 @@ def _compile(compiler: Any, kind: str, source: str, options: dict[str, Any]) -> 
             return compiler.compile_regex(source)
     except RuntimeError as exc:
         raise _grammar_error(kind, source, options, clean_message(str(exc))) from None
+    except UnicodeDecodeError as exc:
+        # xgrammar's message quoted the source cut inside a character: it failed to decode and
+        # took the worker down with it (then every compile waited for a new worker to start).
+        message = bytes(exc.object).decode("utf-8", errors="replace")
+        raise _grammar_error(kind, source, options, clean_message(message)) from None
     raise GrammarError(f"unknown grammar kind {kind!r}")
 
 
