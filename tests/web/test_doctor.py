@@ -74,3 +74,13 @@ def test_the_fragment_marks_keywords_for_the_editor(client: TestClient) -> None:
     assert "falls back to guidance" in html and "max tokens 1 is below it" in html
     broken = client.post("/ui/doctor", data={**form, "source": "{"})
     assert broken.status_code == 200 and 'data-error="true"' in broken.text
+
+
+def test_a_boolean_schema_is_examined(client: TestClient) -> None:
+    # llguidance raises on a boolean schema with options: a refusal in its row, not a 500
+    response = client.post(
+        "/api/doctor", json={"grammar": {"kind": "json_schema", "source": "true"}}
+    )
+    assert response.status_code == 200, response.text
+    rows = {b["backend"]: b for b in response.json()["backends"]}
+    assert rows["llguidance"]["verdict"] == "refuses" and rows["xgrammar"]["verdict"] == "ok"

@@ -74,23 +74,27 @@ class Llguidance:
         )
         return bool(is_error), [str(m) for m in messages]
 
-    def schema_error(self, schema: Any, *, whitespace_flexible: bool = True) -> str:
-        """llguidance's error for a JSON Schema ("" when it compiles), not lenient."""
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(
-            schema, defaults={"whitespace_flexible": whitespace_flexible}
-        )
-        is_error, messages = self.check(grammar)
+    def check_schema(self, schema: Any, options: JsonCompileOptions) -> tuple[bool, list[str]]:
+        """``(is_error, messages)`` for a JSON Schema compiled with ``options``."""
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=options)
+        except ValueError as error:  # e.g. a boolean schema: options apply to objects only
+            return True, [str(error)]
+        return self.check(grammar)
+
+    def schema_error(self, schema: Any) -> str:
+        """llguidance's error ("" when none) for a JSON Schema compiled as vLLM's guidance
+        backend does: flexible whitespace, not lenient."""
+        is_error, messages = self.check_schema(schema, {"whitespace_flexible": True})
         return "; ".join(messages) if is_error else ""
 
     def assess_schema(self, schema: Any, options: CompileOptions) -> BackendRow:
         """The row for a JSON Schema compiled with the request's whitespace option."""
-        strict: JsonCompileOptions = {"whitespace_flexible": options.any_whitespace}
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=strict)
-        is_error, messages = self.check(grammar)
-        lenient = llguidance.LLMatcher.grammar_from_json_schema(
-            schema, defaults={"whitespace_flexible": options.any_whitespace, "lenient": True}
+        flexible = options.any_whitespace
+        is_error, messages = self.check_schema(schema, {"whitespace_flexible": flexible})
+        lenient_error, lenient_messages = self.check_schema(
+            schema, {"whitespace_flexible": flexible, "lenient": True}
         )
-        lenient_error, lenient_messages = self.check(lenient)
         rows = [Message(m, p) for m in messages for p in _pointers(schema, m)]
         if is_error:
             rows += [
