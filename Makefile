@@ -31,6 +31,7 @@ bench: install browser
 	$(PY) bench/step_overhead.py
 	$(PY) bench/web_latency.py
 	$(PY) bench/pydantic_compile.py
+	$(PY) bench/doctor.py
 	$(PY) bench/load.py
 	$(PY) bench/flood.py
 

@@ -12,7 +12,7 @@
   const ui = {
     sessionId: null, dirty: true, running: false, selected: null, follow: true,
     editor: null, kind: "json_schema", sources: {}, vocab: null, vocabLoading: null,
-    inspectorBusy: false, inspectorWanted: null,
+    inspectorBusy: false, inspectorWanted: null, compileDiagnostics: [], doctorDiagnostics: [],
   };
   const lang = new CM.Compartment();
 
@@ -76,7 +76,43 @@
       diagnostics.push({ from, to: Math.max(to, from), severity: "error",
                          message: result.dataset.errorMessage });
     }
-    ui.editor.dispatch(CM.setDiagnostics(ui.editor.state, diagnostics));
+    ui.compileDiagnostics = diagnostics;
+    if (diagnostics.length) clearDoctor();
+    else if ($("#compile-result .stats")) htmx.trigger(document.body, "doctor");
+    applyDiagnostics();
+  }
+
+  // ---------- the Doctor ----------
+  // It runs after each successful compile (never on the typing path); a newer compile's request
+  // replaces an older one (hx-sync). Its marks join the compile error's in the editor's lint.
+  function applyDiagnostics() {
+    const all = [...(ui.compileDiagnostics || []), ...(ui.doctorDiagnostics || [])];
+    ui.editor.dispatch(CM.setDiagnostics(ui.editor.state, all));
+  }
+
+  function markDoctor() {
+    const result = $("#doctor-result");
+    if (!result || !ui.editor) return;
+    const doc = ui.editor.state.doc;
+    const marks = JSON.parse(result.dataset.marks || "[]");
+    ui.doctorDiagnostics = marks.filter((m) => m.line >= 1 && m.line <= doc.lines).map((m) => {
+      const line = doc.line(m.line);
+      return { from: line.from, to: line.to, severity: m.severity, message: m.message, source: "Doctor" };
+    });
+    const flagged = Number(result.dataset.flagged || 0);
+    $("#doctor-flag").textContent = flagged ? String(flagged) : "";
+    applyDiagnostics();
+  }
+
+  function clearDoctor() {
+    ui.doctorDiagnostics = [];
+    $("#doctor-flag").textContent = "";
+  }
+
+  function setCompileView(view) {
+    $$(".compile-panel .tab-button").forEach((b) => b.classList.toggle("active", b.dataset.view === view));
+    $(".compile-view").hidden = view !== "compile";
+    $(".doctor-view").hidden = view !== "doctor";
   }
 
   // ---------- config ----------
@@ -406,6 +442,7 @@
     const target = event.detail && (event.detail.target || event.detail.elt);
     if (!target) return;
     if (target.id === "compile-result" || $("#compile-result") === target) markCompileError();
+    if (target.id === "doctor-result" || $("#doctor-result") === target) markDoctor();
     if ($("#inspector") && $("#inspector").contains(target) || target.id === "inspector") { drawMask(); markSelected(); }
     refresh();
   }
@@ -432,6 +469,7 @@
       configChanged(event.target.classList.contains("compile-opt") || event.target.name === "kind");
     });
     $("#example").addEventListener("change", (event) => loadExample(event.target.value));
+    $$(".compile-panel .tab-button").forEach((b) => b.addEventListener("click", () => setCompileView(b.dataset.view)));
     $("#btn-step").addEventListener("click", () => enqueue(step));
     $("#btn-back").addEventListener("click", () => enqueue(back));
     $("#btn-run").addEventListener("click", () => enqueue(runOrPause));

@@ -15,8 +15,9 @@ from typing import Any
 import xgrammar as xgr
 
 from app.engine import compile_worker
-from app.engine.grammar import CompileResult, GrammarSpec
-from app.exceptions import GrammarError, GrammarTooComplex, MaskscopeError
+from app.engine.grammar import CompileResult, GrammarKind, GrammarSpec
+from app.engine.probe import KeywordProbe, ProbeResult
+from app.exceptions import GrammarError, GrammarTooComplex, InvalidInput, MaskscopeError
 
 __all__ = ["GrammarCompiler"]
 
@@ -158,6 +159,34 @@ class GrammarCompiler:
 
     def _key(self, spec: GrammarSpec) -> str:
         return f"{self.tokenizer_key}:{spec.cache_key()}"
+    def probe_keywords(
+        self, spec: GrammarSpec, pointers: list[str], *, budget_s: float
+    ) -> ProbeResult:
+        """Convert a JSON Schema again without each keyword named, in a worker process.
+
+        Args:
+            spec: a JSON Schema grammar request (its options are used for every conversion).
+            pointers: JSON pointers of the keywords, in the order to probe them.
+            budget_s: stop probing after this long; the result says it was cut short.
+
+        Raises:
+            InvalidInput: the spec is not a JSON Schema.
+            GrammarTooComplex: one conversion ran past the compile time limit.
+        """
+        if spec.kind is not GrammarKind.JSON_SCHEMA:
+            raise InvalidInput(f"only JSON Schemas have keywords to probe, not {spec.kind.value}")
+        payload = {"op": "probe", "source": spec.source, "options": spec.options.to_dict(),
+                   "pointers": pointers, "budget_s": budget_s}  # fmt: skip
+        answer = self._send(payload)
+        return ProbeResult(
+            probes=tuple(
+                KeywordProbe(p["pointer"], bool(p["identical"]), tuple(p["warnings"]))
+                for p in answer["probes"]
+            ),
+            warnings=tuple(answer["warnings"]),
+            cut_short=bool(answer["cut_short"]),
+            ms=float(answer["ms"]),
+        )
 
     def _run(self, spec: GrammarSpec) -> dict[str, Any]:
         payload = {
@@ -165,6 +194,9 @@ class GrammarCompiler:
             "source": spec.source,
             "options": spec.options.to_dict(),
         }
+        return self._send(payload)
+
+    def _send(self, payload: dict[str, Any]) -> dict[str, Any]:
         if self._closed:  # its workers are gone: waiting for one would wait forever
             raise GrammarError("the grammar compiler has been shut down")
         worker = self._idle.get()

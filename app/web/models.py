@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from app.doctor import DEFAULT_BUDGET_MS, MAX_BUDGET_MS
 from app.engine import PRESETS, ChatMessage, CompileOptions, GrammarKind, GrammarSpec, with_schema
 from app.exceptions import InvalidInput
 from app.settings import Settings
@@ -14,6 +15,7 @@ from app.settings import Settings
 __all__ = [
     "ActionIn",
     "CountIn",
+    "DoctorIn",
     "ForceIn",
     "GrammarIn",
     "MessageIn",
@@ -219,3 +221,21 @@ class ReplayIn(_Strict):
         if (self.text is None) == (self.token_ids is None):
             raise ValueError("give either text or token_ids")
         return self
+
+
+class DoctorIn(_Strict):
+    """A grammar to examine, with the search's seed and time budget."""
+
+    grammar: GrammarIn
+    seed: int = Field(
+        default=0, ge=0, le=2**63 - 1, description="the same seed gives the same witnesses"
+    )
+    budget_ms: int = Field(
+        default=DEFAULT_BUDGET_MS,
+        ge=100,
+        le=MAX_BUDGET_MS,
+        description="time the keyword comparison and the witness search may each take",
+    )
+    max_tokens: int | None = Field(
+        default=None, ge=1, le=4096, description="flagged when below the shortest document"
+    )

@@ -14,10 +14,10 @@ from starlette.datastructures import FormData
 from app.engine import PRESETS, StepRecord
 from app.examples import Example, load_examples
 from app.exceptions import GrammarError, InvalidInput, PermalinkNotFound
-from app.web import actions, sharing
+from app.web import actions, doctor, sharing
 from app.web.deps import EngineDep, HandleDep, StateDep
 from app.web.errors import not_found_page
-from app.web.models import GrammarIn, ReplayIn, SessionIn
+from app.web.models import DoctorIn, GrammarIn, ReplayIn, SessionIn
 from app.web.sessions import SessionHandle
 from app.web.state import AppState
 
@@ -214,6 +214,26 @@ async def compile_fragment(request: Request, state: StateDep, engine: EngineDep)
     except (GrammarError, InvalidInput) as error:
         context["error"] = error.to_dict()
     return _render(state, request, "partials/_compile.html", context)
+
+
+@router.post("/ui/doctor", response_class=HTMLResponse)
+async def doctor_fragment(request: Request, state: StateDep, engine: EngineDep) -> Response:
+    """The Doctor tab for the form's grammar; errors render in the tab, with a 200."""
+    form = await request.form()
+    body: DoctorIn = _validated(DoctorIn, {"grammar": _grammar(form),
+                                           "max_tokens": _number(form, "max_tokens")})  # fmt: skip
+    if await request.is_disconnected():  # a newer compile replaced this request
+        return Response(status_code=204)
+    context: dict[str, Any] = {"max_tokens": body.max_tokens}
+    try:
+        report = await doctor.examine(state, engine, body)
+        marks = doctor.editor_marks(report)
+        counts = report.counts()
+        flagged = counts["ignored"] + counts["weakened"] + len(report.witnesses)
+        context.update(report=report, marks=marks, flagged=flagged)
+    except (GrammarError, InvalidInput) as error:
+        context["error"] = error.to_dict()
+    return _render(state, request, "partials/_doctor.html", context)
 
 
 async def _step_parts(
