@@ -38,11 +38,18 @@ from app.engine.grammar import CompileResult, GrammarSpec
 from app.engine.probe import ProbeResult
 from app.exceptions import GrammarError, GrammarTooComplex
 
-__all__ = ["DEFAULT_BUDGET_MS", "MAX_BUDGET_MS", "Doctor", "OtherCompile", "PydanticSource"]
+__all__ = [
+    "DEFAULT_BUDGET_MS",
+    "MAX_BUDGET_MS",
+    "RUNNING_AT_ONCE",
+    "Doctor",
+    "OtherCompile",
+    "PydanticSource",
+]
 
 DEFAULT_BUDGET_MS = 2000
 MAX_BUDGET_MS = 20_000
-_RUNNING_AT_ONCE = 2
+RUNNING_AT_ONCE = 2
 _DOCTORS: weakref.WeakKeyDictionary[Engine, Doctor] = weakref.WeakKeyDictionary()
 _DOCTORS_LOCK = threading.Lock()
 
@@ -74,7 +81,7 @@ class Doctor:
         self.tokens = engine.model.tokens
         self._vocab: Vocab | None = None
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(_RUNNING_AT_ONCE)
+        self._slots = threading.BoundedSemaphore(RUNNING_AT_ONCE)
         self.llguidance = Llguidance(self.tokens)
 
     @classmethod

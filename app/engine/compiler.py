@@ -159,6 +159,7 @@ class GrammarCompiler:
 
     def _key(self, spec: GrammarSpec) -> str:
         return f"{self.tokenizer_key}:{spec.cache_key()}"
+
     def probe_keywords(
         self, spec: GrammarSpec, pointers: list[str], *, budget_s: float
     ) -> ProbeResult:

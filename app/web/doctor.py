@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from typing import Any
 
@@ -28,7 +27,7 @@ async def examine(state: AppState, engine: Engine, body: DoctorIn) -> DoctorRepo
         source, root_model = body.grammar.source, body.grammar.options.root_model
         validate = functools.partial(state.sandbox.validate_many, source, root_model)
         pydantic = PydanticSource(source, resolved.pydantic.root, validate)
-    return await asyncio.to_thread(
+    return await state.pools.doctors.run(
         Doctor.of(engine).examine,
         resolved.spec,
         seed=body.seed,

@@ -20,6 +20,7 @@ from typing import ParamSpec, TypeVar
 
 import anyio
 
+from app.doctor.doctor import RUNNING_AT_ONCE
 from app.exceptions import CapacityExceeded
 from app.settings import Settings
 
@@ -113,12 +114,15 @@ class Pools:
         compiles: waiting for a compile worker process (cache hits never come here).
         sandbox: waiting for a Pydantic sandbox process.
         replays: walking a text through a grammar (CPU in this process).
+        doctors: the Doctor's examinations (a few seconds each: compiles, the witness search,
+            a sandbox batch).
     """
 
     steps: WorkPool
     compiles: WorkPool
     sandbox: WorkPool
     replays: WorkPool
+    doctors: WorkPool
 
     @classmethod
     def create(cls, settings: Settings) -> Pools:
@@ -129,9 +133,10 @@ class Pools:
             compiles=WorkPool("compile", threads=settings.compile_workers, queue=queue),
             sandbox=WorkPool("sandbox run", threads=settings.sandbox_workers, queue=queue),
             replays=WorkPool("replay", threads=settings.compile_workers, queue=queue),
+            doctors=WorkPool("examination", threads=RUNNING_AT_ONCE, queue=queue),
         )
 
     def shutdown(self) -> None:
         """Shut every pool down."""
-        for pool in (self.steps, self.compiles, self.sandbox, self.replays):
+        for pool in (self.steps, self.compiles, self.sandbox, self.replays, self.doctors):
             pool.shutdown()
