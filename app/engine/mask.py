@@ -5,9 +5,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["allowed_vector", "bitmask_bytes", "is_allowed", "words_from_bytes"]
+__all__ = ["allowed_vector", "bitmask_bytes", "is_allowed", "new_bitmask", "words_from_bytes"]
 
 _SHIFTS: dict[torch.device, torch.Tensor] = {}
+
+
+def new_bitmask(vocab_size: int) -> torch.Tensor:
+    """A ``(1, ceil(vocab_size / 32))`` int32 CPU tensor for a masking engine to fill."""
+    return torch.full((1, (vocab_size + 31) // 32), -1, dtype=torch.int32)
 
 
 def allowed_vector(words: torch.Tensor, vocab_size: int) -> torch.Tensor:
