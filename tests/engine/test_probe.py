@@ -73,23 +73,29 @@ def _flip_at(session: Session, index: int, token_id: int) -> None:
     masking.fill_next_token_bitmask = flipped  # type: ignore[method-assign]
 
 
-def _step_with(records: list[StepRecord], want: Callable[[StepRecord], int | None]) -> int:
-    return next(r.index for r in records if want(r) is not None)
+@pytest.fixture(scope="module")
+def undisturbed(engine: Engine) -> list[StepRecord]:
+    return nested_session(engine).run(30)
 
 
-def test_an_over_masked_token_is_named_by_the_probe(engine: Engine) -> None:
-    undisturbed = nested_session(engine).run(30)
+def _run_flipped(
+    engine: Engine, undisturbed: list[StepRecord], pick: Callable[[StepRecord], int | None]
+) -> tuple[int, int, Session, list[StepRecord]]:
+    """At the first step where ``pick`` names a token, flip its mask bit; run past that step."""
+    index, victim = next((r.index, t) for r in undisturbed if (t := pick(r)) is not None)
+    session = nested_session(engine)
+    _flip_at(session, index, victim)
+    return index, victim, session, session.run(index + 3)
 
+
+def test_an_over_masked_token_is_named_by_the_probe(
+    engine: Engine, undisturbed: list[StepRecord]
+) -> None:
     def second_allowed(r: StepRecord) -> int | None:
         allowed = [t.token_id for t in r.top if t.allowed and t.token_id != r.token_id]
         return allowed[0] if allowed else None
 
-    index = _step_with(undisturbed, second_allowed)
-    victim = second_allowed(undisturbed[index])
-    assert victim is not None
-    session = nested_session(engine)
-    _flip_at(session, index, victim)
-    records = session.run(index + 3)
+    index, victim, _, records = _run_flipped(engine, undisturbed, second_allowed)
     flipped = records[index]
     assert not mask_bit(flipped, victim)
     assert flipped.probe.disagree == (Disagreement(token_id=victim, mask=False, accept=True),)
@@ -99,18 +105,13 @@ def test_an_over_masked_token_is_named_by_the_probe(engine: Engine) -> None:
     assert all(r.mask_accept_agree for r in records if r.index != index)
 
 
-def test_an_under_masked_token_is_named_and_its_refusal_stops_the_session(engine: Engine) -> None:
-    undisturbed = nested_session(engine).run(30)
-
+def test_an_under_masked_token_is_named_and_its_refusal_stops_the_session(
+    engine: Engine, undisturbed: list[StepRecord]
+) -> None:
     def most_probable_blocked(r: StepRecord) -> int | None:
         return None if r.top[0].allowed else r.top[0].token_id
 
-    index = _step_with(undisturbed, most_probable_blocked)
-    victim = most_probable_blocked(undisturbed[index])
-    assert victim is not None
-    session = nested_session(engine)
-    _flip_at(session, index, victim)
-    records = session.run(index + 3)
+    index, victim, session, records = _run_flipped(engine, undisturbed, most_probable_blocked)
     assert session.stop_reason is StopReason.REJECTED and len(records) == index + 1
     flipped = records[index]
     assert flipped.token_id == victim  # greedy took the token the flipped mask let through

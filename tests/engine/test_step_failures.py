@@ -52,10 +52,18 @@ def _inject(session: Session, point: str, index: int) -> None:
     _fail_once(target, name, after_real_call=after, when=lambda: len(session.steps) == index)
 
 
+@pytest.fixture(scope="module")
+def greedy(engine: Engine) -> list[dict[str, Any]]:
+    """The first ten records of an undisturbed greedy session, timings aside."""
+    return [r.without_timings() for r in nested_session(engine).run(10)]
+
+
 @pytest.mark.parametrize("index", [0, 6])
 @pytest.mark.parametrize("point", sorted(POINTS))
-def test_a_failed_step_leaves_no_trace(engine: Engine, point: str, index: int) -> None:
-    undisturbed = [r.without_timings() for r in nested_session(engine).run(index + 4)]
+def test_a_failed_step_leaves_no_trace(
+    engine: Engine, greedy: list[dict[str, Any]], point: str, index: int
+) -> None:
+    undisturbed = greedy[: index + 4]
     session = nested_session(engine)
     session.run(index)
     kv_before = session.kv_bytes
@@ -80,20 +88,21 @@ def test_a_run_keeps_the_steps_before_the_failure(engine: Engine) -> None:
     assert [r.without_timings() for r in session.steps] == undisturbed
 
 
-def test_a_failed_forced_step_leaves_no_trace(engine: Engine) -> None:
+def test_a_failed_forced_step_leaves_no_trace(engine: Engine, greedy: list[dict[str, Any]]) -> None:
     session = nested_session(engine)
-    greedy = session.run(3)
-    session.back(1)
+    session.run(2)
+    token = greedy[2]["token_id"]
     _inject(session, "accepted", 2)
     with pytest.raises(Injected):
-        session.force(greedy[2].token_id)
+        session.force(token)
     assert len(session.steps) == 2
-    forced = session.force(greedy[2].token_id)
-    assert {**forced.without_timings(), "forced": False} == greedy[2].without_timings()
+    forced = session.force(token)
+    assert {**forced.without_timings(), "forced": False} == greedy[2]
 
 
-def test_a_forward_pass_that_fails_halfway_is_repaired(engine: Engine) -> None:
-    undisturbed = [r.without_timings() for r in nested_session(engine).run(8)]
+def test_a_forward_pass_that_fails_halfway_is_repaired(
+    engine: Engine, greedy: list[dict[str, Any]]
+) -> None:
     layers = engine.model.model.model.layers
     middle = layers[len(layers) // 2]
     session = nested_session(engine)
@@ -106,4 +115,4 @@ def test_a_forward_pass_that_fails_halfway_is_repaired(engine: Engine) -> None:
     finally:
         del middle.forward  # back to the class's forward
     session.run(4)
-    assert [r.without_timings() for r in session.steps] == undisturbed
+    assert [r.without_timings() for r in session.steps] == greedy[:8]
