@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["allowed_vector", "bitmask_bytes", "is_allowed", "new_bitmask", "words_from_bytes"]
+__all__ = [
+    "allowed_array",
+    "allowed_vector",
+    "bitmask_bytes",
+    "is_allowed",
+    "new_bitmask",
+    "words_from_bytes",
+]
 
 _SHIFTS: dict[torch.device, torch.Tensor] = {}
 
@@ -21,6 +28,16 @@ def allowed_vector(words: torch.Tensor, vocab_size: int) -> torch.Tensor:
     if shifts is None:
         shifts = _SHIFTS[words.device] = torch.arange(32, dtype=torch.int32, device=words.device)
     return ((words.unsqueeze(-1) >> shifts) & 1).reshape(-1)[:vocab_size].bool()
+
+
+def allowed_array(words: torch.Tensor, vocab_size: int) -> np.ndarray:
+    """Like :func:`allowed_vector` for words on the CPU, as numpy bools.
+
+    numpy unpacks in one thread: torch splits this size of work across its thread pool, whose
+    wake-ups cost milliseconds on a busy machine.
+    """
+    bits = np.unpackbits(words.numpy().view(np.uint8), bitorder="little")
+    return bits[:vocab_size].view(np.bool_)
 
 
 def is_allowed(words: torch.Tensor, token_id: int) -> bool:

@@ -35,8 +35,9 @@ def probe_ids(allowed: np.ndarray, *, chosen: int, top: Sequence[int], index: in
     named = list(dict.fromkeys([chosen, *top]))
     rng = np.random.default_rng(index)
     sample: list[int] = []
-    for pool in (np.flatnonzero(allowed), np.flatnonzero(~allowed)):
-        pool = pool[~np.isin(pool, named)]
+    for side in (allowed.copy(), ~allowed):
+        side[named] = False
+        pool = np.flatnonzero(side)
         size = min(PROBE_SAMPLE, len(pool))
         sample += rng.choice(pool, size=size, replace=False).tolist()
     return named + sample

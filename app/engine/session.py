@@ -18,6 +18,7 @@ from app.engine.forward.base import ForwardEngine, RawDistribution
 from app.engine.grammar import CompileResult
 from app.engine.jsonpath import JsonPosition, advance
 from app.engine.mask import (
+    allowed_array,
     allowed_vector,
     bitmask_bytes,
     is_allowed,
@@ -250,7 +251,7 @@ class Session:
             token = forced
             if token is None:
                 token = self._forward.choose(raw, self._bitmask, self.sampling, index=index)
-            allowed = allowed_vector(words, self._tokens.vocab_size).numpy()
+            allowed = allowed_array(words, self._tokens.vocab_size)
             top = [t.token_id for t in view.top]
             probe = probe_mask(self._masking, allowed, chosen=token, top=top, index=index)
             accepted = self._masking.accept_token(token)

@@ -3,7 +3,13 @@ from __future__ import annotations
 import torch
 import xgrammar as xgr
 
-from app.engine.mask import allowed_vector, bitmask_bytes, is_allowed, words_from_bytes
+from app.engine.mask import (
+    allowed_array,
+    allowed_vector,
+    bitmask_bytes,
+    is_allowed,
+    words_from_bytes,
+)
 
 
 def _bitmask_allowing(allowed: set[int], vocab_size: int) -> torch.Tensor:
@@ -23,6 +29,8 @@ def test_unpacking_matches_the_bits_set() -> None:
     assert vector.shape == (130,)
     assert set(vector.nonzero().flatten().tolist()) == allowed
     assert all(is_allowed(words, t) == (t in allowed) for t in range(130))
+    array = allowed_array(words, 130)
+    assert array.dtype == bool and array.tolist() == vector.tolist()
 
 
 def test_bytes_are_the_little_endian_words() -> None:
