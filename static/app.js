@@ -345,6 +345,14 @@
     };
     const search = $("#token-search");
     if (search) search.oninput = () => searchTokens(search.value, words, vocabSize);
+    nameProbeTokens();
+  }
+
+  async function nameProbeTokens() {
+    const named = $$("#inspector .probe-token");
+    if (!named.length) return;
+    const vocab = await loadVocab();
+    named.forEach((el) => { el.textContent = `${JSON.stringify(vocab[Number(el.dataset.tokenId)] ?? "")} (id ${el.dataset.tokenId})`; });
   }
 
   async function searchTokens(query, words, vocabSize) {
@@ -388,7 +396,8 @@
     const n = Math.max(chips.length, 32);
     const w = width / n;
     const data = chips.map((c) => ({ depth: Number(c.dataset.depth), allowed: Number(c.dataset.allowed),
-                                     blocked: Number(c.dataset.blocked), vocab: Number(c.dataset.vocab) }));
+                                     blocked: Number(c.dataset.blocked), vocab: Number(c.dataset.vocab),
+                                     disagree: c.dataset.agree === "false" }));
     const maxDepth = Math.max(1, ...data.map((d) => d.depth));
     const logVocab = Math.log10(data[0].vocab || 49152);
     ctx.fillStyle = "rgba(225, 29, 72, 0.45)";
@@ -407,6 +416,9 @@
       ctx.lineTo((i + 1) * w, y);
     });
     ctx.stroke();
+    // Steps where the mask and accept_token disagreed: a full-height amber mark.
+    ctx.fillStyle = "rgba(180, 83, 9, 0.85)";
+    data.forEach((d, i) => { if (d.disagree) ctx.fillRect(i * w, 0, Math.max(w - 0.5, 2), height); });
     if (ui.selected !== null && ui.selected < data.length) {
       ctx.fillStyle = "rgba(30, 27, 75, 0.18)";
       ctx.fillRect(ui.selected * w, 0, Math.max(w, 2), height);

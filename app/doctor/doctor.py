@@ -35,7 +35,7 @@ from app.doctor.vocab import Vocab
 from app.doctor.witnesses import Found, ValidateMany, search
 from app.engine.engine import Engine
 from app.engine.grammar import CompileResult, GrammarSpec
-from app.engine.probe import ProbeResult
+from app.engine.keyword_probe import ProbeResult
 from app.exceptions import GrammarError, GrammarTooComplex
 
 __all__ = [

@@ -17,7 +17,7 @@ from typing import Any
 
 from app.doctor.keywords import Keyword
 from app.doctor.records import Direction, KeywordFinding, Status, Witness
-from app.engine.probe import ProbeResult
+from app.engine.keyword_probe import ProbeResult
 
 __all__ = ["findings"]
 

@@ -20,7 +20,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from app.engine.jsonpointer import line_column, locate, pointer_from_parts
-from app.engine.probe import without_keyword
+from app.engine.keyword_probe import without_keyword
 from app.exceptions import GrammarError
 
 __all__ = ["clean_message", "compile_request", "probe_request", "serve"]

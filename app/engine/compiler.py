@@ -16,7 +16,7 @@ import xgrammar as xgr
 
 from app.engine import compile_worker
 from app.engine.grammar import CompileResult, GrammarKind, GrammarSpec
-from app.engine.probe import KeywordProbe, ProbeResult
+from app.engine.keyword_probe import KeywordProbe, ProbeResult
 from app.exceptions import GrammarError, GrammarTooComplex, InvalidInput, MaskscopeError
 
 __all__ = ["GrammarCompiler"]

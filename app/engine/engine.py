@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from app.engine.compiler import GrammarCompiler
+from app.engine.forward import LocalForward
 from app.engine.grammar import CompileResult, GrammarSpec
+from app.engine.masking import new_masking
 from app.engine.model import LoadedModel, load_model
 from app.engine.prompt import ChatMessage, render_prompt
 from app.engine.records import ReplayResult
@@ -78,6 +80,8 @@ class Engine:
             self.model,
             compiled,
             prompt,
+            masking=new_masking(compiled),
+            forward=LocalForward(self.model, prompt.token_ids),
             sampling=sampling,
             max_tokens=max_tokens,
             top_k=top_k or self.settings.top_k,

@@ -5,9 +5,22 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["allowed_vector", "bitmask_bytes", "count_allowed", "is_allowed", "words_from_bytes"]
+__all__ = [
+    "allowed_array",
+    "allowed_vector",
+    "bitmask_bytes",
+    "count_allowed",
+    "is_allowed",
+    "new_bitmask",
+    "words_from_bytes",
+]
 
 _SHIFTS: dict[torch.device, torch.Tensor] = {}
+
+
+def new_bitmask(vocab_size: int) -> torch.Tensor:
+    """A ``(1, ceil(vocab_size / 32))`` int32 CPU tensor for a masking engine to fill."""
+    return torch.full((1, (vocab_size + 31) // 32), -1, dtype=torch.int32)
 
 
 def allowed_vector(words: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -29,6 +42,16 @@ def count_allowed(words: torch.Tensor, vocab_size: int) -> int:
     if rest:
         count += int(np.bitwise_count(bits[full] & np.uint32((1 << rest) - 1)))
     return count
+
+
+def allowed_array(words: torch.Tensor, vocab_size: int) -> np.ndarray:
+    """Like :func:`allowed_vector` for words on the CPU, as numpy bools.
+
+    numpy unpacks in one thread: torch splits this size of work across its thread pool, whose
+    wake-ups cost milliseconds on a busy machine.
+    """
+    bits = np.unpackbits(words.numpy().view(np.uint8), bitorder="little")
+    return bits[:vocab_size].view(np.bool_)
 
 
 def is_allowed(words: torch.Tensor, token_id: int) -> bool:

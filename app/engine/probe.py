@@ -1,68 +1,60 @@
-"""Which keywords change the grammar: a JSON Schema converted again without each one.
+"""The mask/accept cross-check: does the mask say what ``accept_token`` does?
 
-Converting a schema to a grammar builds no token masks, so it takes well under a millisecond for
-most schemas; the probe runs in a compile worker, where xgrammar's warnings are captured per
-conversion and a runaway schema can be stopped. A keyword whose removal leaves the grammar text
-identical is ignored by xgrammar; warnings that vanish with it were printed about it.
+The chosen token alone proves nothing (it was picked from the masked logits, or checked against
+the mask when forced), so each step also tries the raw distribution's top tokens and a seeded
+sample of other allowed and blocked ids, and lists every token whose mask bit and
+``accept_token`` answer differ: over-masking and under-masking both show.
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
 
-from app.engine.jsonpointer import split_pointer
+import numpy as np
 
-__all__ = ["KeywordProbe", "ProbeResult", "without_keyword"]
+from app.engine.masking.base import MaskingEngine
+from app.engine.records import Disagreement, Probe
+
+__all__ = ["PROBE_SAMPLE", "probe_ids", "probe_mask"]
+
+#: allowed ids, and as many blocked ids, sampled at each step besides the chosen and top tokens
+PROBE_SAMPLE = 16
 
 
-@dataclass(frozen=True)
-class KeywordProbe:
-    """One keyword converted away.
+def probe_ids(allowed: np.ndarray, *, chosen: int, top: Sequence[int], index: int) -> list[int]:
+    """The ids to check at step ``index``: ``chosen``, ``top``, then the seeded sample.
 
-    Attributes:
-        pointer: JSON pointer of the keyword, e.g. ``/properties/tags/uniqueItems``.
-        identical: the grammar without the keyword is the very same text.
-        warnings: the lines xgrammar printed with the keyword that it does not print without it.
+    The sample of other ids depends only on the mask and ``index``, so records repeat.
+
+    Args:
+        allowed: the mask as one bool per token id.
+        chosen: the token taken at this step.
+        top: the top tokens of the raw distribution.
+        index: the step index, which seeds the sample.
     """
+    named = list(dict.fromkeys([chosen, *top]))
+    rng = np.random.default_rng(index)
+    sample: list[int] = []
+    for side in (allowed.copy(), ~allowed):
+        side[named] = False
+        pool = np.flatnonzero(side)
+        size = min(PROBE_SAMPLE, len(pool))
+        sample += rng.choice(pool, size=size, replace=False).tolist()
+    return named + sample
 
-    pointer: str
-    identical: bool
-    warnings: tuple[str, ...]
 
+def probe_mask(
+    masking: MaskingEngine, allowed: np.ndarray, *, chosen: int, top: Sequence[int], index: int
+) -> Probe:
+    """Try each id of :func:`probe_ids` in the current state and compare with its mask bit.
 
-@dataclass(frozen=True)
-class ProbeResult:
-    """The keywords probed, in the order asked, and whether the time bound cut the probe short.
-
-    Attributes:
-        probes: one entry per keyword probed (fewer than asked when cut short).
-        warnings: what xgrammar printed converting the whole schema.
-        cut_short: the time bound was reached before every keyword was probed.
-        ms: wall time of the probe in the worker.
+    The state is unchanged afterwards (:meth:`MaskingEngine.probe_token`).
     """
-
-    probes: tuple[KeywordProbe, ...]
-    warnings: tuple[str, ...]
-    cut_short: bool
-    ms: float
-
-
-def without_keyword(schema: Any, pointer: str) -> Any:
-    """A deep copy of ``schema`` with the keyword at ``pointer`` removed.
-
-    Raises:
-        KeyError: the pointer does not name a keyword of an object in the schema.
-    """
-    parts = split_pointer(pointer)
-    if not parts:
-        raise KeyError("the empty pointer names no keyword")
-    out = copy.deepcopy(schema)
-    node = out
-    for part in parts[:-1]:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    if not isinstance(node, dict) or parts[-1] not in node:
-        raise KeyError(pointer)
-    del node[parts[-1]]
-    return out
+    token_ids = probe_ids(allowed, chosen=chosen, top=top, index=index)
+    disagree = []
+    for token_id in token_ids:
+        accept = masking.probe_token(token_id)
+        mask = bool(allowed[token_id])
+        if accept != mask:
+            disagree.append(Disagreement(token_id=token_id, mask=mask, accept=accept))
+    return Probe(checked=len(token_ids), disagree=tuple(disagree))

@@ -15,6 +15,9 @@ from typing import Any
 from app.verdicts import Validation, ValidationError
 
 __all__ = [
+    "Disagreement",
+    "GrammarState",
+    "Probe",
     "Rejection",
     "ReplayResult",
     "ReplayToken",
@@ -61,6 +64,40 @@ class TopToken:
 
 
 @dataclass(frozen=True, slots=True)
+class Disagreement:
+    """A token whose mask bit and ``accept_token`` answer differ."""
+
+    token_id: int
+    mask: bool
+    accept: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """The mask/accept cross-check of one step: how many tokens were tried, which disagreed."""
+
+    checked: int
+    disagree: tuple[Disagreement, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"checked": self.checked, "disagree": [dataclasses.asdict(d) for d in self.disagree]}
+
+
+@dataclass(frozen=True, slots=True)
+class GrammarState:
+    """Where the parser is: JSON depth and path (JSON output only) and the active rules."""
+
+    depth: int
+    path: str
+    rules: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"depth": self.depth, "path": self.path, "rules": list(self.rules)}
+
+
+@dataclass(frozen=True, slots=True)
 class StepRecord:
     """Everything known about one generation step; see ``shared/API.md`` for each field."""
 
@@ -80,7 +117,9 @@ class StepRecord:
     path: str
     rules: tuple[str, ...]
     jump_forward: str
+    probe: Probe
     mask_accept_agree: bool
+    engine: str
     forward_ms: float
     mask_us: float
     total_ms: float
@@ -93,6 +132,7 @@ class StepRecord:
         out["bitmask"] = _b64(self.bitmask)
         out["top"] = [t.to_dict() for t in self.top]
         out["rules"] = list(self.rules)
+        out["probe"] = self.probe.to_dict()
         return out
 
     def without_timings(self) -> dict[str, Any]:
@@ -106,7 +146,8 @@ class StepRecord:
 
 @dataclass(frozen=True, slots=True)
 class ReplayToken:
-    """One token of a replay: whether the grammar accepted it and where the parser then was.
+    """One token of a replay: whether the grammar accepted it, and the mask and parser state it
+    was checked in (before it).
 
     ``bitmask`` is kept only for the tokens a caller asked for (``bitmask_for``): a replay of
     thousands of tokens would otherwise hold (and answer) kilobytes per token.

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-import xgrammar as xgr
-
 from app.engine.grammar import CompileResult
 from app.engine.jsonpath import JsonPosition, advance
-from app.engine.mask import allowed_vector, bitmask_bytes, count_allowed
-from app.engine.parser_state import active_rules
+from app.engine.mask import allowed_vector, bitmask_bytes, count_allowed, new_bitmask
+from app.engine.masking import MaskingEngine, new_masking
 from app.engine.records import Rejection, ReplayResult, ReplayToken
 from app.engine.tokens import Tokens
 from app.exceptions import InvalidInput, ReplayTooLong
@@ -40,13 +38,13 @@ def _token_ids(
     return ids
 
 
-def _accepted_prefix(matcher: xgr.GrammarMatcher, tokens: Tokens, token_id: int) -> int:
+def _accepted_prefix(masking: MaskingEngine, tokens: Tokens, token_id: int) -> int:
     """How many leading bytes of a refused token the grammar would still take."""
     if token_id in tokens.special_ids:
         return 0
     data = tokens.token_bytes[token_id]
     for size in range(len(data) - 1, 0, -1):
-        if matcher.fork().accept_string(data[:size]):
+        if masking.accepts_bytes(data[:size]):
             return size
     return 0
 
@@ -62,9 +60,10 @@ def replay(
 ) -> ReplayResult:
     """Feed ``text`` (tokenized as the model would) or ``token_ids`` to a fresh matcher.
 
-    Each token reports the mask it was checked against, and the depth, JSON path and active
-    rules after it. At the first refused token the walk stops; the rejection gives the offset
-    (in code points) of the first refused character and a sample of what the grammar accepts.
+    Each token reports the state it was checked in: its mask, and the depth, JSON path and
+    active rules before it. At the first refused token the walk stops; the rejection gives the
+    offset (in code points) of the first refused character and a sample of what the grammar
+    accepts.
 
     Args:
         bitmask_for: the token indices whose packed bitmask is kept in the result (the others
@@ -77,18 +76,16 @@ def replay(
     """
     ids = _token_ids(tokens, text, token_ids, max_tokens)
     keep = frozenset(bitmask_for)
-    matcher = xgr.GrammarMatcher(grammar.compiled)
-    bitmask = xgr.allocate_token_bitmask(1, tokens.vocab_size)
+    masking = new_masking(grammar)
+    bitmask = new_bitmask(tokens.vocab_size)
     position = JsonPosition()
     consumed = b""
     walked: list[ReplayToken] = []
     for index, token_id in enumerate(ids):
-        if matcher.is_terminated():
-            bitmask.zero_()
-        else:
-            matcher.fill_next_token_bitmask(bitmask)
+        before, rules = position, tuple(masking.active_rules())
+        masking.fill_next_token_bitmask(bitmask)
         words = bitmask[0]
-        accepted = bool(matcher.accept_token(token_id))
+        accepted = masking.accept_token(token_id)
         if accepted and grammar.spec.is_json:
             position = advance(position, tokens.output_bytes(token_id))
         walked.append(
@@ -97,16 +94,16 @@ def replay(
                 text=tokens.text(token_id),
                 accepted=accepted,
                 allowed_count=count_allowed(words, tokens.vocab_size),
-                depth=position.depth,
-                path=position.path if grammar.spec.is_json else "",
-                rules=tuple(active_rules(matcher, grammar.rule_names)),
+                depth=before.depth,
+                path=before.path if grammar.spec.is_json else "",
+                rules=rules,
                 bitmask=bitmask_bytes(words) if index in keep else None,
             )
         )
         if not accepted:
             refused_at = (
                 consumed
-                + tokens.token_bytes[token_id][: _accepted_prefix(matcher, tokens, token_id)]
+                + tokens.token_bytes[token_id][: _accepted_prefix(masking, tokens, token_id)]
             )
             allowed = allowed_vector(words, tokens.vocab_size).nonzero().flatten().tolist()
             expected = tokens.shortest_texts(allowed, _EXPECTED_SAMPLE)
@@ -118,5 +115,5 @@ def replay(
             )
             return ReplayResult(False, False, tuple(walked), rejection)
         consumed += tokens.output_bytes(token_id)
-    complete = bool(matcher.is_terminated() or matcher.is_completed())
+    complete = masking.is_terminated() or masking.is_completed()
     return ReplayResult(True, complete, tuple(walked), None)

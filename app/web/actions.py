@@ -157,15 +157,19 @@ async def validation(state: AppState, handle: SessionHandle) -> Validation | Non
 async def step_response(
     state: AppState, handle: SessionHandle, steps: list[StepRecord]
 ) -> dict[str, Any]:
-    """The step response every session action answers with."""
+    """The step response every session action answers with; ``state`` is the parser state
+    after the last token (the state the next mask is computed in)."""
     session = handle.session
     verdict = await validation(state, handle)
+    # Off the loop: reading the parser state waits for a step in flight on another thread.
+    after = await state.pools.steps.run(lambda: session.state)
     return {
         "steps": [r.to_dict() for r in steps],
         "done": session.done,
         "stop_reason": session.stop_reason.value if session.stop_reason else None,
         "text": session.text,
         "validation": verdict.to_dict() if verdict else None,
+        "state": after.to_dict(),
     }
 
 

@@ -5,6 +5,7 @@ import torch
 import xgrammar as xgr
 
 from app.engine.mask import (
+    allowed_array,
     allowed_vector,
     bitmask_bytes,
     count_allowed,
@@ -30,6 +31,8 @@ def test_unpacking_matches_the_bits_set() -> None:
     assert vector.shape == (130,)
     assert set(vector.nonzero().flatten().tolist()) == allowed
     assert all(is_allowed(words, t) == (t in allowed) for t in range(130))
+    array = allowed_array(words, 130)
+    assert array.dtype == bool and array.tolist() == vector.tolist()
 
 
 @pytest.mark.parametrize("vocab_size", [96, 130, 160])

@@ -26,7 +26,10 @@ def test_a_valid_instance_is_accepted_and_complete(engine: Engine) -> None:
     assert result.accepted and result.complete and result.rejection is None
     assert "".join(t.text for t in result.tokens) == VALID
     assert max(t.depth for t in result.tokens) == 4
-    assert result.tokens[-1].depth == 0
+    # Each token's state is the one before it: the first at the root, the last inside what it
+    # closes.
+    assert (result.tokens[0].depth, result.tokens[0].path) == (0, "$")
+    assert result.tokens[-1].depth == result.tokens[-1].text.count("}") > 0
     assert "$.user.profile.settings.theme" in {t.path for t in result.tokens}
     for token in result.tokens:
         assert token.bitmask is not None
@@ -121,4 +124,4 @@ def test_an_ebnf_grammar_has_no_json_path(engine: Engine) -> None:
     spec = GrammarSpec(GrammarKind.EBNF, 'root ::= "yes" | "no"')
     result = engine.replay(spec, text="yes")
     assert result.complete and all(t.path == "" for t in result.tokens)
-    assert result.tokens[0].rules == ()
+    assert result.tokens[0].rules == ("root",)  # the state the first token was checked in

@@ -16,7 +16,8 @@ from tests.web.sse import parse_events
 STEP_KEYS = {
     "index", "token_id", "token_text", "token_bytes", "forced", "prob", "rank", "top",
     "blocked_mass", "allowed_count", "vocab_size", "bitmask", "depth", "path", "rules",
-    "jump_forward", "mask_accept_agree", "forward_ms", "mask_us", "total_ms", "terminated",
+    "jump_forward", "probe", "mask_accept_agree", "engine", "forward_ms", "mask_us", "total_ms",
+    "terminated",
 }  # fmt: skip
 
 
@@ -275,3 +276,18 @@ def test_caps_are_declared_in_openapi(client: TestClient) -> None:
     assert schemas["CountIn"]["properties"]["n"]["maximum"] == 512
     assert schemas["SessionIn"]["properties"]["max_tokens"]["maximum"] == 4096
     assert schemas["MessageIn"]["properties"]["content"]["maxLength"] == 32768
+
+
+def test_the_step_response_carries_the_state_after_the_last_token(client: TestClient) -> None:
+    sid = _session(client)
+    opened = client.get(f"/api/sessions/{sid}").json()
+    assert opened["state"]["depth"] == 0 and opened["state"]["path"] == "$"
+    stepped = client.post(f"/api/sessions/{sid}/step", json={"n": 12}).json()
+    after = stepped["state"]
+    following = client.post(f"/api/sessions/{sid}/step", json={"n": 1}).json()["steps"][0]
+    assert after == {k: following[k] for k in ("depth", "path", "rules")}
+    assert stepped["steps"][0]["depth"] == 0 and stepped["steps"][0]["path"] == "$"
+    backed = client.post(f"/api/sessions/{sid}/back", json={"n": 8}).json()
+    fifth = stepped["steps"][5]
+    assert backed["state"] == {k: fifth[k] for k in ("depth", "path", "rules")}
+    assert all(s["probe"]["disagree"] == [] and s["engine"] == "xgrammar" for s in stepped["steps"])
