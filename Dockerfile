@@ -20,6 +20,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     MASKSCOPE_DB_PATH=/data/permalinks.db
 
 WORKDIR /app
+# The Pydantic sandbox loads its seccomp filter through libseccomp (in the slim image already, as a
+# dependency of apt; named here so that it stays).
+RUN apt-get update && apt-get install -y --no-install-recommends libseccomp2 \
+    && rm -rf /var/lib/apt/lists/*
 RUN pip install --index-url "${TORCH_INDEX}" "torch==${TORCH_VERSION}"
 
 # As `make run` does: the project (editable, so templates/ and static/ stay beside app/), then

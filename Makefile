@@ -43,7 +43,9 @@ bench: install browser
 	$(PY) bench/step_overhead.py
 	$(PY) bench/web_latency.py
 	$(PY) bench/pydantic_compile.py
+	$(PY) bench/doctor.py
 	$(PY) bench/load.py
+	$(PY) bench/flood.py
 
 # The browser tests drive Debian's chromium (Playwright's own browser download is not used).
 browser:

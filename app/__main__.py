@@ -1,21 +1,25 @@
-"""Command line: ``python -m app serve|trace|replay`` (see ``python -m app --help``)."""
+"""Command line: ``python -m app serve|trace|replay|doctor`` (see ``python -m app --help``)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.exceptions import MaskscopeError
 
 if TYPE_CHECKING:
-    from app.engine import GrammarSpec, StepRecord
+    from app.doctor import DoctorReport, PydanticSource
+    from app.engine import CompileOptions, GrammarSpec, StepRecord
 
 _KIND_BY_SUFFIX = {".json": "json_schema", ".py": "pydantic", ".ebnf": "ebnf", ".regex": "regex"}
 _KINDS = ("json_schema", "pydantic", "ebnf", "regex")
+_BACKENDS = ("xgrammar", "vllm", "sglang", "llguidance", "openai_strict")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,6 +48,19 @@ def _parser() -> argparse.ArgumentParser:
     _grammar_arguments(replay)
     replay.add_argument("--text", required=True, help="the text to walk through the grammar")
     replay.add_argument("--json", action="store_true", help="print the replay as JSON")
+
+    doctor = commands.add_parser(
+        "doctor", help="is the schema enforced as written; what each serving stack does with it"
+    )
+    _grammar_arguments(doctor)
+    doctor.add_argument(
+        "--backend", action="append", choices=_BACKENDS, default=[],
+        help="exit 1 when this stack refuses the schema or falls back (repeatable)",
+    )  # fmt: skip
+    doctor.add_argument("--seed", type=int, default=0, help="the witness search's seed")
+    doctor.add_argument("--budget-ms", type=int, help="time the search may take (default 2000)")
+    doctor.add_argument("--max-tokens", type=int, help="flag it when below the shortest document")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
 
@@ -51,8 +68,16 @@ def _grammar_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schema", required=True, type=Path, help="schema or grammar file")
     parser.add_argument("--kind", choices=_KINDS, help="default: from the file's extension")
     parser.add_argument(
+        "--preset", choices=("maskscope", "xgrammar", "vllm", "sglang"), default="maskscope",
+        help="the options a serving engine passes to xgrammar (default: maskscope)",
+    )  # fmt: skip
+    parser.add_argument(
         "--any-whitespace", action="store_true", help="allow any whitespace in JSON (slower)"
     )
+    parser.add_argument("--no-strict", action="store_true", help="strict_mode=False")
+    parser.add_argument("--indent", type=int, help="indentation of the JSON")
+    parser.add_argument("--separators", nargs=2, metavar=("ITEM", "KEY"), help="e.g. ', ' ': '")
+    parser.add_argument("--max-whitespace", type=int, help="max_whitespace_cnt")
     parser.add_argument("--root-model", help="Pydantic: the model to use (default: the last)")
 
 
@@ -63,18 +88,46 @@ def _kind(args: argparse.Namespace) -> str:
     return kind
 
 
-def _spec(args: argparse.Namespace) -> GrammarSpec:
-    from app.engine import CompileOptions, GrammarKind, GrammarSpec
+def _options(args: argparse.Namespace) -> CompileOptions:
+    """The preset's options with the ones given on the command line applied."""
+    from app.engine import PRESETS
+
+    overrides: dict[str, Any] = {}
+    if args.any_whitespace:
+        overrides["any_whitespace"] = True
+    if args.no_strict:
+        overrides["strict_mode"] = False
+    if args.indent is not None:
+        overrides["indent"] = args.indent
+    if args.separators:
+        overrides["separators"] = tuple(args.separators)
+    if args.max_whitespace is not None:
+        overrides["max_whitespace_cnt"] = args.max_whitespace
+    return dataclasses.replace(PRESETS[args.preset], **overrides)
+
+
+def _resolve(args: argparse.Namespace) -> tuple[GrammarSpec, PydanticSource | None]:
+    """The grammar request; a Pydantic source also gives what the Doctor needs of it."""
+    from app.engine import GrammarKind, GrammarSpec
 
     kind = _kind(args)
     source = args.schema.read_text(encoding="utf-8")
-    options = CompileOptions(any_whitespace=args.any_whitespace)
+    options = _options(args)
     if kind == "pydantic":
+        from app.doctor import PydanticSource
         from app.sandbox.sandbox import Sandbox
+        from app.settings import Settings
 
-        derived = Sandbox().schema(source, args.root_model)
-        return GrammarSpec(GrammarKind.JSON_SCHEMA, json.dumps(derived.schema, indent=2), options)
-    return GrammarSpec(GrammarKind(kind), source, options)
+        sandbox = Sandbox.from_settings(Settings())
+        derived = sandbox.schema(source, args.root_model)
+        spec = GrammarSpec(GrammarKind.JSON_SCHEMA, json.dumps(derived.schema, indent=2), options)
+        validate = functools.partial(sandbox.validate_many, source, args.root_model)
+        return spec, PydanticSource(source, derived.root, validate)
+    return GrammarSpec(GrammarKind(kind), source, options), None
+
+
+def _spec(args: argparse.Namespace) -> GrammarSpec:
+    return _resolve(args)[0]
 
 
 def _quiet_libraries() -> None:
@@ -124,7 +177,9 @@ def _trace(args: argparse.Namespace) -> int:
             from app.sandbox.sandbox import Sandbox
 
             source = args.schema.read_text(encoding="utf-8")
-            validation = Sandbox().validate(source, args.root_model, session.text)
+            validation = Sandbox.from_settings(Settings()).validate(
+                source, args.root_model, session.text
+            )
     finally:
         engine.close()
     reason = session.stop_reason.value if session.stop_reason else None
@@ -174,6 +229,71 @@ def _replay(args: argparse.Namespace) -> int:
     return 0 if result.accepted and result.complete else 1
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from app.doctor import DEFAULT_BUDGET_MS, Doctor, Status, Verdict
+    from app.engine import Engine
+    from app.settings import Settings
+
+    spec, pydantic = _resolve(args)
+    engine = Engine.load(Settings())
+    try:
+        report = Doctor.of(engine).examine(
+            spec, seed=args.seed, budget_ms=args.budget_ms or DEFAULT_BUDGET_MS,
+            pydantic=pydantic, max_tokens=args.max_tokens,
+        )  # fmt: skip
+    finally:
+        engine.close()
+    print(json.dumps(report.to_dict(), indent=2) if args.json else _doctor_text(report))
+    weak = any(k.status in (Status.IGNORED, Status.WEAKENED) for k in report.keywords)
+    refused = any(
+        row.backend in args.backend and row.verdict in (Verdict.REFUSES, Verdict.FALLS_BACK)
+        for row in report.backends
+    )
+    return 1 if weak or refused else 0
+
+
+def _doctor_text(report: DoctorReport) -> str:
+    """The report for a terminal: flagged keywords, witnesses, one line per stack, costs."""
+    lines: list[str] = []
+    if report.keywords:
+        counts = ", ".join(f"{n} {status}" for status, n in report.counts().items() if n)
+        lines.append(f"keywords: {counts}")
+        lines += [
+            f"  {k.status.value:<9} {k.pointer}{f' (line {k.line})' if k.line else ''}: {k.detail}"
+            for k in report.keywords
+            if k.status.value != "enforced"
+        ]
+    if report.search:
+        search = report.search
+        lines.append(
+            f"witnesses: {len(report.witnesses)} (seed {search.seed}, "
+            f"{search.grammar_documents + search.schema_documents} documents, {search.ms:.0f} ms"
+            f"{', cut short' if search.cut_short else ''})"
+        )
+    for witness in report.witnesses:
+        where = f" at offset {witness.refusal.offset}" if witness.refusal else ""
+        lines.append(f"  {witness.direction.value}{where}: {witness.text}")
+        lines += [f"      {e.path}: {e.message}" for e in witness.errors]
+    lines.append("backends:")
+    for row in report.backends:
+        lines.append(f"  {row.backend:<14} {row.verdict.value:<11} {row.rules_version}")
+        lines += [
+            f"      - {m.message}{f' ({m.pointer})' if m.pointer else ''}" for m in row.messages
+        ]
+    costs = report.costs
+    spaced = costs.compile_ms_any_whitespace
+    shortest = costs.shortest_document_tokens
+    lines.append(
+        f"costs: compile {costs.compile_ms:.1f} ms"
+        f"{f' ({spaced:.1f} ms with any_whitespace)' if spaced is not None else ''}, "
+        f"{costs.size_bytes:,} bytes, shortest document "
+        f"{f'<= {shortest} tokens' if shortest is not None else 'not found'}"
+        f"{' (above --max-tokens)' if costs.max_tokens_below_shortest else ''}, "
+        f"unbounded whitespace: {'possible' if costs.unbounded_whitespace else 'no'}"
+    )
+    return "\n".join(lines)
+
+
 def _serve(args: argparse.Namespace) -> int:
     import logging
 
@@ -202,6 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "trace":
             return _trace(args)
+        if args.command == "doctor":
+            return _doctor(args)
         return _replay(args)
     except MaskscopeError as exc:
         located = {k: v for k, v in exc.to_dict().items() if k in {"line", "column", "pointer"}}

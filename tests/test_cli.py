@@ -18,7 +18,8 @@ PROMPT = "Create the account of user 42, Ada Lovelace, who prefers a dark theme.
 STEP_KEYS = {
     "index", "token_id", "token_text", "token_bytes", "forced", "prob", "rank", "top",
     "blocked_mass", "allowed_count", "vocab_size", "bitmask", "depth", "path", "rules",
-    "jump_forward", "mask_accept_agree", "forward_ms", "mask_us", "total_ms", "terminated",
+    "jump_forward", "probe", "mask_accept_agree", "engine", "forward_ms", "mask_us", "total_ms",
+    "terminated",
 }  # fmt: skip
 
 

@@ -56,3 +56,7 @@ def test_port_healthcheck_and_command() -> None:
 def test_the_build_context_leaves_out_the_local_environment() -> None:
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert ".venv" in ignored and ".git" in ignored
+
+
+def test_the_sandbox_can_load_its_seccomp_filter() -> None:
+    assert any("apt-get install" in run and "libseccomp2" in run for run in _all("RUN"))

@@ -9,6 +9,9 @@ from app.engine.grammar import PRESETS, CompileOptions, CompileResult, GrammarKi
 from app.engine.model import LoadedModel, ModelIdentity, load_model
 from app.engine.prompt import ChatMessage, Prompt, render_prompt, with_schema
 from app.engine.records import (
+    Disagreement,
+    GrammarState,
+    Probe,
     Rejection,
     ReplayResult,
     ReplayToken,
@@ -25,12 +28,15 @@ __all__ = [
     "ChatMessage",
     "CompileOptions",
     "CompileResult",
+    "Disagreement",
     "Engine",
     "GrammarCompiler",
     "GrammarKind",
     "GrammarSpec",
+    "GrammarState",
     "LoadedModel",
     "ModelIdentity",
+    "Probe",
     "Prompt",
     "Rejection",
     "ReplayResult",

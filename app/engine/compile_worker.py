@@ -20,9 +20,10 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from app.engine.jsonpointer import line_column, locate, pointer_from_parts
+from app.engine.keyword_probe import without_keyword
 from app.exceptions import GrammarError
 
-__all__ = ["clean_message", "compile_request", "serve"]
+__all__ = ["clean_message", "compile_request", "probe_request", "serve"]
 
 # "[17:22:28] /project/cpp/json_schema_converter.cc:1094: Warning: multipleOf is not ..."
 _LOG_PREFIX = re.compile(r"^\[\d{2}:\d{2}:\d{2}\] \S+?:\d+: (?:Warning: )?", re.MULTILINE)
@@ -135,6 +136,11 @@ def _compile(compiler: Any, kind: str, source: str, options: dict[str, Any]) -> 
             return compiler.compile_regex(source)
     except RuntimeError as exc:
         raise _grammar_error(kind, source, options, clean_message(str(exc))) from None
+    except UnicodeDecodeError as exc:
+        # xgrammar's message quoted the source cut inside a character: it failed to decode and
+        # took the worker down with it (then every compile waited for a new worker to start).
+        message = bytes(exc.object).decode("utf-8", errors="replace")
+        raise _grammar_error(kind, source, options, clean_message(message)) from None
     raise GrammarError(f"unknown grammar kind {kind!r}")
 
 
@@ -180,6 +186,51 @@ def compile_request(compiler: Any, request: dict[str, Any]) -> dict[str, Any]:
         return {"ok": False, "error": exc.to_dict()}
 
 
+def _converted(schema: Any, options: dict[str, Any]) -> tuple[str | None, list[str]]:
+    """The grammar text of ``schema`` (None when xgrammar refuses it) and what was printed."""
+    import xgrammar as xgr
+
+    with _captured_stderr() as printed:
+        try:
+            text: str | None = str(
+                xgr.Grammar.from_json_schema(json.dumps(schema), **_schema_kwargs(options))
+            )
+        except RuntimeError:
+            text = None
+    return text, printed
+
+
+def probe_request(request: dict[str, Any]) -> dict[str, Any]:
+    """Convert the schema once whole, then once without each keyword, until the time bound.
+
+    Args:
+        request: ``{"op": "probe", "source", "options", "pointers": [str], "budget_s"}``.
+    """
+    start = time.perf_counter()
+    schema = json.loads(request["source"])
+    base, warnings = _converted(schema, request["options"])
+    probes: list[dict[str, Any]] = []
+    cut_short = False
+    for pointer in request["pointers"]:
+        if time.perf_counter() - start > request["budget_s"]:
+            cut_short = True
+            break
+        try:
+            variant = without_keyword(schema, pointer)
+        except (KeyError, IndexError, ValueError):
+            continue
+        text, printed = _converted(variant, request["options"])
+        gone = [line for line in warnings if line not in printed]
+        probes.append({"pointer": pointer, "identical": text == base, "warnings": gone})
+    return {
+        "ok": True,
+        "probes": probes,
+        "warnings": warnings,
+        "cut_short": cut_short,
+        "ms": (time.perf_counter() - start) * 1000,
+    }
+
+
 def serve(conn: Connection, tokenizer_info_json: str) -> None:
     """Worker process entry point: answer compile requests until the pipe closes."""
     import xgrammar as xgr
@@ -194,4 +245,7 @@ def serve(conn: Connection, tokenizer_info_json: str) -> None:
             return
         if request is None:
             return
-        conn.send(compile_request(compiler, request))
+        if request.get("op") == "probe":
+            conn.send(probe_request(request))
+        else:
+            conn.send(compile_request(compiler, request))

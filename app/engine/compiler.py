@@ -15,8 +15,9 @@ from typing import Any
 import xgrammar as xgr
 
 from app.engine import compile_worker
-from app.engine.grammar import CompileResult, GrammarSpec
-from app.exceptions import GrammarError, GrammarTooComplex, MaskscopeError
+from app.engine.grammar import CompileResult, GrammarKind, GrammarSpec
+from app.engine.keyword_probe import KeywordProbe, ProbeResult
+from app.exceptions import GrammarError, GrammarTooComplex, InvalidInput, MaskscopeError
 
 __all__ = ["GrammarCompiler"]
 
@@ -127,12 +128,9 @@ class GrammarCompiler:
                 column or the JSON pointer where known.
             GrammarTooComplex: the compile ran past the time limit or crashed its worker.
         """
-        key = f"{self.tokenizer_key}:{spec.cache_key()}"
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
-                return hit
+        hit = self.cached(spec)
+        if hit is not None:
+            return hit
         answer = self._run(spec)
         if not answer["ok"]:
             raise MaskscopeError.from_dict(answer["error"])
@@ -147,8 +145,49 @@ class GrammarCompiler:
             compile_ms=float(answer["compile_ms"]),
             size_bytes=int(answer["size_bytes"]),
         )
-        self._remember(key, result)
+        self._remember(self._key(spec), result)
         return result
+
+    def cached(self, spec: GrammarSpec) -> CompileResult | None:
+        """The cached result for ``spec`` (``cached=True``), or None; never waits for a worker."""
+        key = self._key(spec)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+            return hit
+
+    def _key(self, spec: GrammarSpec) -> str:
+        return f"{self.tokenizer_key}:{spec.cache_key()}"
+
+    def probe_keywords(
+        self, spec: GrammarSpec, pointers: list[str], *, budget_s: float
+    ) -> ProbeResult:
+        """Convert a JSON Schema again without each keyword named, in a worker process.
+
+        Args:
+            spec: a JSON Schema grammar request (its options are used for every conversion).
+            pointers: JSON pointers of the keywords, in the order to probe them.
+            budget_s: stop probing after this long; the result says it was cut short.
+
+        Raises:
+            InvalidInput: the spec is not a JSON Schema.
+            GrammarTooComplex: one conversion ran past the compile time limit.
+        """
+        if spec.kind is not GrammarKind.JSON_SCHEMA:
+            raise InvalidInput(f"only JSON Schemas have keywords to probe, not {spec.kind.value}")
+        payload = {"op": "probe", "source": spec.source, "options": spec.options.to_dict(),
+                   "pointers": pointers, "budget_s": budget_s}  # fmt: skip
+        answer = self._send(payload)
+        return ProbeResult(
+            probes=tuple(
+                KeywordProbe(p["pointer"], bool(p["identical"]), tuple(p["warnings"]))
+                for p in answer["probes"]
+            ),
+            warnings=tuple(answer["warnings"]),
+            cut_short=bool(answer["cut_short"]),
+            ms=float(answer["ms"]),
+        )
 
     def _run(self, spec: GrammarSpec) -> dict[str, Any]:
         payload = {
@@ -156,17 +195,29 @@ class GrammarCompiler:
             "source": spec.source,
             "options": spec.options.to_dict(),
         }
+        return self._send(payload)
+
+    def _send(self, payload: dict[str, Any]) -> dict[str, Any]:
         if self._closed:  # its workers are gone: waiting for one would wait forever
             raise GrammarError("the grammar compiler has been shut down")
         worker = self._idle.get()
+        too_complex = False
         try:
             return worker.request(payload, self._timeout_s)
         except GrammarTooComplex:
-            worker.close()
-            worker = _Worker(self._tokenizer_json)
+            too_complex = True
             raise
         finally:
-            self._idle.put(worker)
+            if too_complex:
+                worker.close()
+                # Starting a process takes seconds (the parent waits while the child imports):
+                # the caller gets its answer now, the next compile waits for the new worker.
+                threading.Thread(target=self._replace, name="maskscope-respawn").start()
+            else:
+                self._idle.put(worker)
+
+    def _replace(self) -> None:
+        self._idle.put(_Worker(self._tokenizer_json))
 
     def _remember(self, key: str, result: CompileResult) -> None:
         cached = dataclasses.replace(result, cached=True)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from app.engine.compiler import GrammarCompiler
+from app.engine.forward import LocalForward
 from app.engine.grammar import CompileResult, GrammarSpec
+from app.engine.masking import new_masking
 from app.engine.model import LoadedModel, load_model
 from app.engine.prompt import ChatMessage, render_prompt
 from app.engine.records import ReplayResult
@@ -48,9 +50,13 @@ class Engine:
         """Compile (or fetch from the cache) a grammar for this model's tokenizer."""
         return self.compiler.compile(spec)
 
+    def cached(self, spec: GrammarSpec) -> CompileResult | None:
+        """The cached compile of ``spec``, or None: answers at once, never waits for a worker."""
+        return self.compiler.cached(spec)
+
     def new_session(
         self,
-        spec: GrammarSpec,
+        grammar: GrammarSpec | CompileResult,
         *,
         messages: Sequence[ChatMessage] = (),
         raw_prompt: str | None = None,
@@ -58,7 +64,7 @@ class Engine:
         max_tokens: int = 256,
         top_k: int | None = None,
     ) -> Session:
-        """Compile ``spec``, render the prompt and open a session ready to step.
+        """Compile ``grammar`` (unless already compiled), render the prompt and open a session.
 
         Raises:
             GrammarError: the grammar does not compile.
@@ -68,12 +74,14 @@ class Engine:
             raise InvalidInput(
                 f"max_tokens must be at most {self.settings.max_tokens_cap}, got {max_tokens}"
             )
-        grammar = self.compile(spec)
+        compiled = self.compile(grammar) if isinstance(grammar, GrammarSpec) else grammar
         prompt = render_prompt(self.model.tokens, messages, raw_prompt)
         return Session(
             self.model,
-            grammar,
+            compiled,
             prompt,
+            masking=new_masking(compiled),
+            forward=LocalForward(self.model, prompt.token_ids),
             sampling=sampling,
             max_tokens=max_tokens,
             top_k=top_k or self.settings.top_k,
@@ -81,13 +89,28 @@ class Engine:
 
     def replay(
         self,
-        spec: GrammarSpec,
+        grammar: GrammarSpec | CompileResult,
         *,
         text: str | None = None,
         token_ids: Sequence[int] | None = None,
+        bitmask_for: Collection[int] = (),
     ) -> ReplayResult:
-        """Walk ``text`` or ``token_ids`` through the compiled grammar; no model runs."""
-        return replay(self.compile(spec), self.model.tokens, text=text, token_ids=token_ids)
+        """Walk ``text`` or ``token_ids`` through the grammar (compiled unless it is); no model.
+
+        At most ``settings.replay_token_cap`` tokens; bitmasks only for ``bitmask_for``.
+
+        Raises:
+            ReplayTooLong: more tokens than the cap.
+        """
+        compiled = self.compile(grammar) if isinstance(grammar, GrammarSpec) else grammar
+        return replay(
+            compiled,
+            self.model.tokens,
+            text=text,
+            token_ids=token_ids,
+            bitmask_for=bitmask_for,
+            max_tokens=self.settings.replay_token_cap,
+        )
 
     def close(self) -> None:
         """Stop the compile workers."""

@@ -1,16 +1,23 @@
 """Plain records the engine returns: steps, replays, validations. Templates and JSON render them.
 
-Field meanings are the public contract (``shared/API.md``, "Step record" and "Replay").
+Field meanings are the public contract (``shared/API.md``, "Step record" and "Replay"). The
+validation records live in :mod:`app.verdicts` (the sandbox returns them too) and are re-exported.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
+import sys
 from dataclasses import dataclass
 from typing import Any
 
+from app.verdicts import Validation, ValidationError
+
 __all__ = [
+    "Disagreement",
+    "GrammarState",
+    "Probe",
     "Rejection",
     "ReplayResult",
     "ReplayToken",
@@ -29,6 +36,18 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def _deep_size(value: Any) -> int:
+    """Bytes held by ``value`` and what it references (records are trees: nothing is shared)."""
+    size = sys.getsizeof(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        size += sum(_deep_size(getattr(value, f.name)) for f in dataclasses.fields(value))
+    elif isinstance(value, tuple | list):
+        size += sum(_deep_size(item) for item in value)
+    elif isinstance(value, dict):
+        size += sum(_deep_size(k) + _deep_size(v) for k, v in value.items())
+    return size
+
+
 @dataclass(frozen=True, slots=True)
 class TopToken:
     """One candidate of the raw (unmasked, temperature 1) distribution."""
@@ -42,6 +61,40 @@ class TopToken:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Disagreement:
+    """A token whose mask bit and ``accept_token`` answer differ."""
+
+    token_id: int
+    mask: bool
+    accept: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """The mask/accept cross-check of one step: how many tokens were tried, which disagreed."""
+
+    checked: int
+    disagree: tuple[Disagreement, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"checked": self.checked, "disagree": [dataclasses.asdict(d) for d in self.disagree]}
+
+
+@dataclass(frozen=True, slots=True)
+class GrammarState:
+    """Where the parser is: JSON depth and path (JSON output only) and the active rules."""
+
+    depth: int
+    path: str
+    rules: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"depth": self.depth, "path": self.path, "rules": list(self.rules)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +117,9 @@ class StepRecord:
     path: str
     rules: tuple[str, ...]
     jump_forward: str
+    probe: Probe
     mask_accept_agree: bool
+    engine: str
     forward_ms: float
     mask_us: float
     total_ms: float
@@ -77,16 +132,26 @@ class StepRecord:
         out["bitmask"] = _b64(self.bitmask)
         out["top"] = [t.to_dict() for t in self.top]
         out["rules"] = list(self.rules)
+        out["probe"] = self.probe.to_dict()
         return out
 
     def without_timings(self) -> dict[str, Any]:
         """The record minus the timing fields: what must repeat after a back-and-step-again."""
         return {k: v for k, v in self.to_dict().items() if k not in TIMING_FIELDS}
 
+    def nbytes(self) -> int:
+        """Memory this record holds (its bitmask, about 6 KB on a 49k vocabulary, dominates)."""
+        return _deep_size(self)
+
 
 @dataclass(frozen=True, slots=True)
 class ReplayToken:
-    """One token of a replay: whether the grammar accepted it and where the parser then was."""
+    """One token of a replay: whether the grammar accepted it, and the mask and parser state it
+    was checked in (before it).
+
+    ``bitmask`` is kept only for the tokens a caller asked for (``bitmask_for``): a replay of
+    thousands of tokens would otherwise hold (and answer) kilobytes per token.
+    """
 
     token_id: int
     text: str
@@ -95,12 +160,15 @@ class ReplayToken:
     depth: int
     path: str
     rules: tuple[str, ...]
-    bitmask: bytes
+    bitmask: bytes | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
+        """JSON-ready form; ``bitmask`` only when kept."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["bitmask"] = _b64(self.bitmask)
+        if self.bitmask is None:
+            del out["bitmask"]
+        else:
+            out["bitmask"] = _b64(self.bitmask)
         out["rules"] = list(self.rules)
         return out
 
@@ -136,23 +204,3 @@ class ReplayResult:
             "tokens": [t.to_dict() for t in self.tokens],
             "rejection": self.rejection.to_dict() if self.rejection else None,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class ValidationError:
-    """One way the output breaks the source's own semantics."""
-
-    path: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class Validation:
-    """The verdict on a finished output, checked against the source (not the grammar)."""
-
-    valid: bool
-    errors: tuple[ValidationError, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {"valid": self.valid, "errors": [dataclasses.asdict(e) for e in self.errors]}

@@ -2,45 +2,49 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import xgrammar as xgr
+from collections.abc import Collection, Sequence
 
 from app.engine.grammar import CompileResult
 from app.engine.jsonpath import JsonPosition, advance
-from app.engine.mask import allowed_vector, bitmask_bytes
-from app.engine.parser_state import active_rules
+from app.engine.mask import allowed_vector, bitmask_bytes, count_allowed, new_bitmask
+from app.engine.masking import MaskingEngine, new_masking
 from app.engine.records import Rejection, ReplayResult, ReplayToken
 from app.engine.tokens import Tokens
-from app.exceptions import InvalidInput
+from app.exceptions import InvalidInput, ReplayTooLong
 
 __all__ = ["replay"]
 
 _EXPECTED_SAMPLE = 20
 
 
-def _token_ids(tokens: Tokens, text: str | None, token_ids: Sequence[int] | None) -> list[int]:
+def _token_ids(
+    tokens: Tokens, text: str | None, token_ids: Sequence[int] | None, max_tokens: int | None
+) -> list[int]:
     if (text is None) == (token_ids is None):
         raise InvalidInput("give either text or token_ids")
-    if text is not None:
-        return tokens.encode(text)
-    assert token_ids is not None
-    for position, token_id in enumerate(token_ids):
+    ids = tokens.encode(text) if text is not None else list(token_ids or ())
+    if max_tokens is not None and len(ids) > max_tokens:
+        what = "the text is" if text is not None else "token_ids has"
+        raise ReplayTooLong(
+            f"{what} {len(ids)} tokens; a replay walks at most {max_tokens}",
+            pointer="/text" if text is not None else "/token_ids",
+        )
+    for position, token_id in enumerate(ids if token_ids is not None else ()):
         if not 0 <= token_id < tokens.vocab_size:
             raise InvalidInput(
                 f"token_ids[{position}] = {token_id} is outside the vocabulary "
                 f"(0..{tokens.vocab_size - 1})"
             )
-    return list(token_ids)
+    return ids
 
 
-def _accepted_prefix(matcher: xgr.GrammarMatcher, tokens: Tokens, token_id: int) -> int:
+def _accepted_prefix(masking: MaskingEngine, tokens: Tokens, token_id: int) -> int:
     """How many leading bytes of a refused token the grammar would still take."""
     if token_id in tokens.special_ids:
         return 0
     data = tokens.token_bytes[token_id]
     for size in range(len(data) - 1, 0, -1):
-        if matcher.fork().accept_string(data[:size]):
+        if masking.accepts_bytes(data[:size]):
             return size
     return 0
 
@@ -51,30 +55,37 @@ def replay(
     *,
     text: str | None = None,
     token_ids: Sequence[int] | None = None,
+    bitmask_for: Collection[int] = (),
+    max_tokens: int | None = None,
 ) -> ReplayResult:
     """Feed ``text`` (tokenized as the model would) or ``token_ids`` to a fresh matcher.
 
-    Each token reports the mask it was checked against, and the depth, JSON path and active
-    rules after it. At the first refused token the walk stops; the rejection gives the offset
-    (in code points) of the first refused character and a sample of what the grammar accepts.
+    Each token reports the state it was checked in: its mask, and the depth, JSON path and
+    active rules before it. At the first refused token the walk stops; the rejection gives the
+    offset (in code points) of the first refused character and a sample of what the grammar
+    accepts.
+
+    Args:
+        bitmask_for: the token indices whose packed bitmask is kept in the result (the others
+            keep only their allowed count); indices past the tokens walked are ignored.
+        max_tokens: the most tokens walked; a longer input is refused before any is walked.
 
     Raises:
         InvalidInput: neither or both of text and token_ids, or an id outside the vocabulary.
+        ReplayTooLong: more tokens than ``max_tokens``.
     """
-    ids = _token_ids(tokens, text, token_ids)
-    matcher = xgr.GrammarMatcher(grammar.compiled)
-    bitmask = xgr.allocate_token_bitmask(1, tokens.vocab_size)
+    ids = _token_ids(tokens, text, token_ids, max_tokens)
+    keep = frozenset(bitmask_for)
+    masking = new_masking(grammar)
+    bitmask = new_bitmask(tokens.vocab_size)
     position = JsonPosition()
     consumed = b""
     walked: list[ReplayToken] = []
     for index, token_id in enumerate(ids):
-        if matcher.is_terminated():
-            bitmask.zero_()
-        else:
-            matcher.fill_next_token_bitmask(bitmask)
+        before, rules = position, tuple(masking.active_rules())
+        masking.fill_next_token_bitmask(bitmask)
         words = bitmask[0]
-        allowed = allowed_vector(words, tokens.vocab_size)
-        accepted = bool(matcher.accept_token(token_id))
+        accepted = masking.accept_token(token_id)
         if accepted and grammar.spec.is_json:
             position = advance(position, tokens.output_bytes(token_id))
         walked.append(
@@ -82,19 +93,20 @@ def replay(
                 token_id=token_id,
                 text=tokens.text(token_id),
                 accepted=accepted,
-                allowed_count=int(allowed.sum()),
-                depth=position.depth,
-                path=position.path if grammar.spec.is_json else "",
-                rules=tuple(active_rules(matcher, grammar.rule_names)),
-                bitmask=bitmask_bytes(words),
+                allowed_count=count_allowed(words, tokens.vocab_size),
+                depth=before.depth,
+                path=before.path if grammar.spec.is_json else "",
+                rules=rules,
+                bitmask=bitmask_bytes(words) if index in keep else None,
             )
         )
         if not accepted:
             refused_at = (
                 consumed
-                + tokens.token_bytes[token_id][: _accepted_prefix(matcher, tokens, token_id)]
+                + tokens.token_bytes[token_id][: _accepted_prefix(masking, tokens, token_id)]
             )
-            expected = tokens.shortest_texts(allowed.nonzero().flatten().tolist(), _EXPECTED_SAMPLE)
+            allowed = allowed_vector(words, tokens.vocab_size).nonzero().flatten().tolist()
+            expected = tokens.shortest_texts(allowed, _EXPECTED_SAMPLE)
             rejection = Rejection(
                 offset=len(refused_at.decode("utf-8", errors="ignore")),
                 token_index=index,
@@ -103,5 +115,5 @@ def replay(
             )
             return ReplayResult(False, False, tuple(walked), rejection)
         consumed += tokens.output_bytes(token_id)
-    complete = bool(matcher.is_terminated() or matcher.is_completed())
+    complete = masking.is_terminated() or masking.is_completed()
     return ReplayResult(True, complete, tuple(walked), None)

@@ -65,10 +65,14 @@ def choose_token(masked_logits: torch.Tensor, params: SamplingParams, index: int
     sorted_probs, order = torch.sort(probs, descending=True, stable=True)
     cumulative = torch.cumsum(sorted_probs, dim=0)
     # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
-    keep = int(torch.searchsorted(cumulative, torch.tensor(params.top_p, dtype=cumulative.dtype)))
+    # Scalars are made on the logits' device: searchsorted refuses a CPU value over CUDA values.
+    top_p = torch.tensor(params.top_p, dtype=cumulative.dtype, device=cumulative.device)
+    keep = int(torch.searchsorted(cumulative, top_p))
     keep = min(keep + 1, int((sorted_probs > 0).sum()))
     kept = cumulative[:keep]
     target = draw(params.seed, index) * float(kept[-1])
-    found = torch.searchsorted(kept, torch.tensor(target, dtype=kept.dtype), right=True)
+    found = torch.searchsorted(
+        kept, torch.tensor(target, dtype=kept.dtype, device=kept.device), right=True
+    )
     position = min(int(found), keep - 1)
     return int(order[position])

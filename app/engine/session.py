@@ -1,24 +1,36 @@
-"""The stepper: forward -> fill mask -> sample -> accept, one token at a time, all recorded."""
+"""The stepper: forward -> fill mask -> sample -> probe -> accept, one token at a time, recorded.
+
+A step is a transaction over the two engines it drives (the masking engine and the forward
+engine): it either completes and is recorded, or fails and leaves the session as it was.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 import torch
-import xgrammar as xgr
-from transformers import DynamicCache
 
+from app.engine.distribution import MaskedDistribution, mask_distribution
+from app.engine.forward.base import ForwardEngine, RawDistribution
 from app.engine.grammar import CompileResult
 from app.engine.jsonpath import JsonPosition, advance
-from app.engine.mask import allowed_vector, bitmask_bytes, is_allowed, words_from_bytes
+from app.engine.mask import (
+    allowed_array,
+    allowed_vector,
+    bitmask_bytes,
+    is_allowed,
+    new_bitmask,
+    words_from_bytes,
+)
+from app.engine.masking.base import MaskingEngine
 from app.engine.model import LoadedModel
-from app.engine.parser_state import active_rules
+from app.engine.probe import probe_mask
 from app.engine.prompt import Prompt
-from app.engine.records import StepRecord, TopToken, Validation
-from app.engine.sampling import SamplingParams, choose_token
+from app.engine.records import GrammarState, Probe, StepRecord, Validation
+from app.engine.sampling import SamplingParams
 from app.engine.validation import validate_output
 from app.exceptions import InvalidInput, SessionFinished, TokenRefused
 
@@ -38,17 +50,28 @@ class StopReason(StrEnum):
     REJECTED = "rejected"
 
 
+@dataclass(frozen=True, slots=True)
+class _Mask:
+    """What a step knows before its forward pass: the state its mask was computed in."""
+
+    before: GrammarState
+    jump_forward: str
+    mask_us: float
+
+
 class Session:
     """One generation under one grammar, stepped by the caller.
 
-    The KV cache holds every token but the last chosen one, which the next step's forward pass
-    consumes (the prompt, for the first step). Going back therefore crops the cache and re-runs
-    the very forward pass that produced the step, so the records repeat exactly (timings aside).
+    Going back rolls the masking engine back and truncates the forward engine's prefix, which
+    then re-runs the very forward pass that produced the step, so the records repeat exactly
+    (timings aside). A step that fails anywhere leaves the session exactly as it was before it.
 
     Args:
-        model: the loaded model (shared; forward passes are serialised by its lock).
+        model: the loaded model (its tokens and identity).
         grammar: the compiled grammar that masks every step.
         prompt: the rendered prompt.
+        masking: the grammar's matcher, in its start state.
+        forward: the prompt's forward engine, with nothing generated yet.
         sampling: greedy by default; the draw of step i depends only on (seed, i).
         max_tokens: steps after which the session stops.
         top_k: candidates of the raw distribution recorded per step.
@@ -60,6 +83,8 @@ class Session:
         grammar: CompileResult,
         prompt: Prompt,
         *,
+        masking: MaskingEngine,
+        forward: ForwardEngine,
         sampling: SamplingParams | None = None,
         max_tokens: int = 256,
         top_k: int = 10,
@@ -77,12 +102,13 @@ class Session:
         self.steps: list[StepRecord] = []
         self.stop_reason: StopReason | None = None
         self._tokens = model.tokens
-        self._matcher = xgr.GrammarMatcher(grammar.compiled)
-        self._bitmask = xgr.allocate_token_bitmask(1, self._tokens.vocab_size)
-        self._cache = DynamicCache(config=model.model.config)
-        self._pending: tuple[int, ...] = prompt.token_ids
+        self._masking = masking
+        self._forward = forward
+        self._bitmask = new_bitmask(self._tokens.vocab_size)
         self._positions = [JsonPosition()]
         self._accepted: list[bool] = []
+        self._records_bytes = 0
+        self._state: GrammarState | None = None
         # Callers may step from several threads (a web request, a stream); actions serialise.
         self._lock = threading.RLock()
 
@@ -99,24 +125,40 @@ class Session:
 
     @property
     def kv_bytes(self) -> int:
-        """Memory held by this session's KV cache."""
-        total = 0
-        for layer in getattr(self._cache, "layers", []):
-            for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-                if isinstance(tensor, torch.Tensor):
-                    total += tensor.numel() * tensor.element_size()
-        return total
+        """Memory held by this session's forward engine (its KV cache)."""
+        return self._forward.memory_bytes
+
+    @property
+    def records_bytes(self) -> int:
+        """Memory held by this session's step records (their bitmasks, mostly)."""
+        return self._records_bytes
 
     @property
     def complete(self) -> bool:
         """Whether the output so far is a complete sentence of the grammar."""
-        return bool(self._matcher.is_terminated() or self._matcher.is_completed())
+        with self._lock:  # a step or a rollback may be moving the matcher
+            return self._masking.is_terminated() or self._masking.is_completed()
+
+    @property
+    def state(self) -> GrammarState:
+        """The parser state after the last token: the state the next mask is computed in."""
+        with self._lock:
+            if self._state is None:
+                position = self._positions[-1]
+                is_json = self.grammar.spec.is_json
+                self._state = GrammarState(
+                    depth=position.depth,
+                    path=position.path if is_json else "",
+                    rules=tuple(self._masking.active_rules()),
+                )
+            return self._state
 
     def validation(self) -> Validation | None:
         """The verdict on the output against the source, once the session has stopped."""
-        if not self.done:
-            return None
-        return validate_output(self.grammar.spec, self.text, complete=self.complete)
+        with self._lock:
+            if not self.done:
+                return None
+            return validate_output(self.grammar.spec, self.text, complete=self.complete)
 
     def step(self) -> StepRecord:
         """Generate one token under the mask.
@@ -161,52 +203,35 @@ class Session:
             return self.force(token_id)
 
     def run(self, n: int) -> list[StepRecord]:
-        """Take up to ``n`` steps, fewer when the session stops first."""
+        """Take up to ``n`` steps, fewer when the session stops first.
+
+        A failing step raises; the steps before it are kept, and it leaves no trace.
+        """
         records: list[StepRecord] = []
         while len(records) < n and not self.done:
             records.append(self.step())
         return records
 
     def back(self, n: int = 1) -> None:
-        """Undo the last ``n`` steps (all of them if fewer): matcher rollback, KV-cache crop."""
+        """Undo the last ``n`` steps (all of them if fewer): matcher rollback, prefix truncation."""
         if n < 1:
             raise InvalidInput(f"n must be at least 1, got {n}")
         with self._lock:
-            self._back(n)
+            n = min(n, len(self.steps))
+            if n == 0:
+                return
+            self._masking.rollback(sum(self._accepted[-n:]))
+            self._records_bytes -= sum(s.nbytes() for s in self.steps[-n:])
+            del self.steps[-n:], self._accepted[-n:], self._positions[-n:]
+            self._forward.truncate(len(self.steps))
+            self.stop_reason = None
+            self._state = None
 
     def _check_token_id(self, token_id: int) -> None:
         if not 0 <= token_id < self._tokens.vocab_size:
             raise InvalidInput(
                 f"token_id must be between 0 and {self._tokens.vocab_size - 1}, got {token_id}"
             )
-
-    def _back(self, n: int) -> None:
-        n = min(n, len(self.steps))
-        if n == 0:
-            return
-        self._matcher.rollback(sum(self._accepted[-n:]))
-        del self.steps[-n:], self._accepted[-n:], self._positions[-n:]
-        self.stop_reason = None
-        kept = tuple(s.token_id for s in self.steps)
-        cached = len(self.prompt.token_ids) + len(kept) - 1 if kept else 0
-        pending = kept[-1:] if kept else self.prompt.token_ids
-        try:
-            self._cache.crop(cached - self._cache.get_seq_length())
-        except (RuntimeError, ValueError):
-            # Caches that cannot crop (sliding windows past their size): rebuild from scratch.
-            self._cache = DynamicCache(config=self.model.model.config)
-            pending = self.prompt.token_ids + kept
-        self._pending = pending
-
-    def _forward(self) -> torch.Tensor:
-        ids = torch.tensor([self._pending], device=self.model.device)
-        with self.model.lock, torch.inference_mode():
-            out = self.model.model(
-                input_ids=ids, cache=self._cache, use_cache=True, logits_to_keep=1
-            )
-        self._pending = ()
-        logits: torch.Tensor = out.logits[0, -1].float()
-        return logits
 
     def _refusal(self, token_id: int, words: torch.Tensor, index: int) -> TokenRefused:
         allowed = allowed_vector(words, self._tokens.vocab_size).nonzero().flatten().tolist()
@@ -224,79 +249,85 @@ class Session:
             )
         start = time.perf_counter()
         index = len(self.steps)
-        jump_forward = self._matcher.find_jump_forward_string()
-        mask_start = time.perf_counter()
-        self._matcher.fill_next_token_bitmask(self._bitmask)
-        mask_us = (time.perf_counter() - mask_start) * 1e6
+        mask = self._fill_mask()
         words = self._bitmask[0]
         if forced is not None and not is_allowed(words, forced):
             raise self._refusal(forced, words, index)
-        forward_start = time.perf_counter()
-        logits = self._forward()
-        forward_ms = (time.perf_counter() - forward_start) * 1000
-        view = self._distribution(logits)
-        token = forced if forced is not None else choose_token(view["masked"], self.sampling, index)
-        allowed_bit = is_allowed(words, token)
-        accepted = bool(self._matcher.accept_token(token))
-        position = self._positions[-1]
-        if self.grammar.spec.is_json and accepted:
-            position = advance(position, self._tokens.output_bytes(token))
-        probs = view["probs"]
-        record = StepRecord(
+        accepted = False
+        try:
+            raw = self._forward.distribution()
+            view = mask_distribution(raw, self._bitmask, tokens=self._tokens, top_k=self.top_k)
+            token = forced
+            if token is None:
+                token = self._forward.choose(raw, self._bitmask, self.sampling, index=index)
+            allowed = allowed_array(words, self._tokens.vocab_size)
+            top = [t.token_id for t in view.top]
+            probe = probe_mask(self._masking, allowed, chosen=token, top=top, index=index)
+            accepted = self._masking.accept_token(token)
+            position = self._positions[-1]
+            if accepted and self.grammar.spec.is_json:
+                position = advance(position, self._tokens.output_bytes(token))
+            record = self._record(index, token, forced is not None, mask, raw, view, probe, start)
+            stop_reason = self._stop_reason(record, accepted)
+            self._forward.extend(token)
+        except BaseException:
+            # A step is a transaction: undo what the two engines did, whatever failed.
+            if accepted:
+                self._masking.rollback(1)
+            self._forward.truncate(index)
+            raise
+        self.steps.append(record)
+        self._records_bytes += record.nbytes()
+        self._accepted.append(accepted)
+        self._positions.append(position)
+        self.stop_reason = stop_reason
+        self._state = None
+        return record
+
+    def _fill_mask(self) -> _Mask:
+        """Fill the bitmask for the current state; nothing changes."""
+        before = self.state
+        jump_forward = self._masking.find_jump_forward_string()
+        mask_start = time.perf_counter()
+        self._masking.fill_next_token_bitmask(self._bitmask)
+        return _Mask(before, jump_forward, (time.perf_counter() - mask_start) * 1e6)
+
+    def _record(
+        self,
+        index: int,
+        token: int,
+        forced: bool,
+        mask: _Mask,
+        raw: RawDistribution,
+        view: MaskedDistribution,
+        probe: Probe,
+        start: float,
+    ) -> StepRecord:
+        return StepRecord(
             index=index,
             token_id=token,
             token_text=self._tokens.text(token),
             token_bytes=self._tokens.token_bytes[token],
-            forced=forced is not None,
-            prob=float(probs[token]),
-            rank=int((probs > probs[token]).sum()),
-            top=view["top"],
-            blocked_mass=view["blocked_mass"],
-            allowed_count=view["allowed_count"],
+            forced=forced,
+            prob=view.prob(token),
+            rank=view.rank(token),
+            top=view.top,
+            blocked_mass=view.blocked_mass,
+            allowed_count=view.allowed_count,
             vocab_size=self._tokens.vocab_size,
-            bitmask=bitmask_bytes(words),
-            depth=position.depth,
-            path=position.path if self.grammar.spec.is_json else "",
-            rules=tuple(active_rules(self._matcher, self.grammar.rule_names)),
-            jump_forward=jump_forward,
-            mask_accept_agree=allowed_bit == accepted,
-            forward_ms=forward_ms,
-            mask_us=mask_us,
+            bitmask=bitmask_bytes(self._bitmask[0]),
+            depth=mask.before.depth,
+            path=mask.before.path,
+            rules=mask.before.rules,
+            jump_forward=mask.jump_forward,
+            probe=probe,
+            mask_accept_agree=not probe.disagree,
+            engine=self._masking.name,
+            forward_ms=raw.forward_ms,
+            mask_us=mask.mask_us,
             total_ms=(time.perf_counter() - start) * 1000,
-            terminated=bool(self._matcher.is_terminated()),
+            terminated=self._masking.is_terminated(),
         )
-        self.steps.append(record)
-        self._accepted.append(accepted)
-        self._positions.append(position)
-        self._pending = (token,)
-        self.stop_reason = self._stop_reason(record, accepted)
-        return record
-
-    def _distribution(self, logits: torch.Tensor) -> dict[str, Any]:
-        """The raw distribution's figures and the logits masked by xgrammar's own kernel."""
-        words = self._bitmask.to(logits.device, non_blocking=True)
-        masked = logits.unsqueeze(0).clone()
-        xgr.apply_token_bitmask_inplace(masked, words)
-        allowed = allowed_vector(words[0], self._tokens.vocab_size)
-        probs = torch.softmax(logits, dim=-1)
-        top_probs, top_ids = torch.topk(probs, self.top_k)
-        top = tuple(
-            TopToken(token_id=i, text=self._tokens.text(i), prob=p, logit=logit, allowed=ok)
-            for p, i, logit, ok in zip(
-                top_probs.tolist(),
-                top_ids.tolist(),
-                logits[top_ids].tolist(),
-                allowed[top_ids].tolist(),
-                strict=True,
-            )
-        )
-        return {
-            "masked": masked[0],
-            "probs": probs.cpu(),
-            "top": top,
-            "allowed_count": int(allowed.sum()),
-            "blocked_mass": float(probs.masked_fill(allowed, 0.0).sum()),
-        }
 
     def _stop_reason(self, record: StepRecord, accepted: bool) -> StopReason | None:
         if not accepted:
@@ -305,6 +336,6 @@ class Session:
             return StopReason.TERMINATED
         if record.token_id in self._tokens.stop_ids:
             return StopReason.EOS
-        if len(self.steps) >= self.max_tokens:
+        if record.index + 1 >= self.max_tokens:
             return StopReason.MAX_TOKENS
         return None

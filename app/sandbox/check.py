@@ -3,68 +3,35 @@
 A source may only import from a few modules and define classes with annotated fields, literal
 defaults, ``Field(...)`` and a few other allowlisted calls, enum members, type aliases and
 ``model_config = ConfigDict(...)``. Anything else is refused with its line, column and construct.
-The source's size and nesting are checked before it is parsed: parsing itself runs here.
+The source's size and nesting are checked before it is parsed (``scan``): parsing runs here.
 """
 
 from __future__ import annotations
 
 import ast
-import io
 import math
-import tokenize
-import unicodedata
-from dataclasses import dataclass
+import types
 from typing import Literal
 
 from app.exceptions import SourceRefused
+from app.sandbox.reach import (
+    ALLOWED_CALLS,
+    ALLOWED_MODULES,
+    Unreachable,
+    allowed_call,
+    follow,
+    imported,
+    is_type_argument,
+    special_form,
+)
+from app.sandbox.scan import refuse as _refuse
+from app.sandbox.scan import scan
 
 __all__ = ["ALLOWED_MODULES", "check_source"]
 
-ALLOWED_MODULES = frozenset(
-    {
-        "typing",
-        "typing_extensions",
-        "pydantic",
-        "annotated_types",
-        "enum",
-        "datetime",
-        "decimal",
-        "uuid",
-    }  # fmt: skip
-)
-ALLOWED_CALLS = frozenset(
-    {
-        "Field",
-        "ConfigDict",
-        "conint",
-        "constr",
-        "confloat",
-        "conlist",
-        "conset",
-        "condecimal",
-        "conbytes",
-        "condate",
-        "StringConstraints",
-        "Ge",
-        "Gt",
-        "Le",
-        "Lt",
-        "MinLen",
-        "MaxLen",
-        "Len",
-        "MultipleOf",
-        "Interval",
-        "Strict",
-        "auto",
-        "TypeVar",
-    }  # fmt: skip
-)
 BUILTIN_TYPES = frozenset(
     {"int", "float", "str", "bool", "bytes", "list", "dict", "set", "frozenset", "tuple"}
 )
-MAX_SOURCE_BYTES = 64 * 1024
-MAX_LINES = 3000
-MAX_BRACKETS = 40
 MAX_DEPTH = 64
 MAX_STRING = 10_000
 MAX_INT = 10**15
@@ -83,52 +50,17 @@ _STATEMENT_NAMES = {
 }  # fmt: skip
 
 
-@dataclass(frozen=True)
-class _Where:
-    line: int
-    column: int
-
-
-def _refuse(node: ast.AST | _Where, what: str) -> SourceRefused:
-    line = getattr(node, "lineno", None) if isinstance(node, ast.AST) else node.line
-    column = getattr(node, "col_offset", None) if isinstance(node, ast.AST) else node.column - 1
-    where = f"line {line}, column {(column or 0) + 1}: " if line else ""
-    return SourceRefused(f"{where}{what}", line=line, column=None if column is None else column + 1)
-
-
-def _scan_tokens(source: str) -> None:
-    """Bracket nesting and look-alike characters, without building a tree."""
-    depth = 0
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type == tokenize.OP and token.string in "([{":
-                depth += 1
-                if depth > MAX_BRACKETS:
-                    where = _Where(*token.start[:1], token.start[1] + 1)
-                    raise _refuse(where, f"brackets nested deeper than {MAX_BRACKETS}")
-            elif token.type == tokenize.OP and token.string in ")]}":
-                depth -= 1
-            elif token.type == tokenize.NAME:
-                normal = unicodedata.normalize("NFKC", token.string)
-                if normal != token.string:
-                    where = _Where(token.start[0], token.start[1] + 1)
-                    raise _refuse(
-                        where, f"the name {token.string!r} uses look-alike characters ({normal!r})"
-                    )
-    except (tokenize.TokenError, SyntaxError) as error:
-        line = error.args[1][0] if len(error.args) > 1 and error.args[1] else None
-        raise SourceRefused(f"syntax error: {error.args[0]}", line=line) from None
-
-
 class _Checker:
     def __init__(self, tree: ast.Module) -> None:
-        self.names: set[str] = set(BUILTIN_TYPES)
+        self.imported: dict[str, object] = {}  # what each imported name is bound to
+        self.defined: set[str] = set()
         for node in tree.body:  # classes and aliases may be used before they are defined
             if isinstance(node, ast.ClassDef):
-                self.names.add(node.name)
+                self.defined.add(node.name)
             elif isinstance(node, ast.Assign | ast.AnnAssign):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                self.names.update(t.id for t in targets if isinstance(t, ast.Name))
+                self.defined.update(t.id for t in targets if isinstance(t, ast.Name))
+        self.names: set[str] = set(BUILTIN_TYPES | self.defined)
 
     # ---- statements ----
     def module(self, tree: ast.Module) -> None:
@@ -166,24 +98,34 @@ class _Checker:
 
     def _import_from(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
-        if node.level or module.split(".")[0] not in ALLOWED_MODULES:
-            allowed = ", ".join(sorted(ALLOWED_MODULES))
-            raise _refuse(node, f"importing from {module or '.'!r} is not allowed (only {allowed})")
+        self._allowed_module(node, module, f"importing from {module or '.'!r}", node.level)
         for alias in node.names:
             if alias.name == "*":
                 raise _refuse(node, "import * is not allowed: name what you import")
-            self._check_name(node, alias.name)
-            self._check_name(node, alias.asname or alias.name)
-            self.names.add(alias.asname or alias.name)
+            self._bind(node, alias.asname or alias.name, _lookup(node, module, [alias.name]))
 
     def _import(self, node: ast.Import) -> None:
         for alias in node.names:
-            if alias.name.split(".")[0] not in ALLOWED_MODULES:
-                allowed = ", ".join(sorted(ALLOWED_MODULES))
-                raise _refuse(node, f"importing {alias.name!r} is not allowed (only {allowed})")
-            bound = alias.asname or alias.name.split(".")[0]
-            self._check_name(node, bound)
-            self.names.add(bound)
+            module = alias.name
+            self._allowed_module(node, module, f"importing {module!r}")
+            value = _lookup(node, module)
+            if alias.asname is None:  # ``import a.b`` binds ``a``
+                value = _lookup(node, module.split(".")[0])
+            self._bind(node, alias.asname or module.split(".")[0], value)
+
+    def _allowed_module(self, node: ast.AST, module: str, doing: str, level: int = 0) -> None:
+        if level or module.split(".")[0] not in ALLOWED_MODULES:
+            allowed = ", ".join(sorted(ALLOWED_MODULES))
+            raise _refuse(node, f"{doing} is not allowed (only {allowed})")
+        for part in module.split("."):
+            self._check_name(node, part)
+
+    def _bind(self, node: ast.AST, name: str, value: object) -> None:
+        self._check_name(node, name)
+        if name in self.defined:
+            raise _refuse(node, f"the name {name!r} is both imported and defined in the source")
+        self.imported[name] = value
+        self.names.add(name)
 
     def _targets(self, targets: list[ast.expr]) -> None:
         for target in targets:
@@ -239,17 +181,17 @@ class _Checker:
             self._check_name(node, node.id)
             if node.id not in self.names:
                 raise _refuse(node, f"the name {node.id!r} is not defined or not allowed here")
+            self._not_a_module(node, node.id, self.imported.get(node.id))
             return []
         if isinstance(node, ast.Attribute):
-            self._check_name(node, node.attr)
-            if not isinstance(node.value, ast.Name | ast.Attribute):
-                raise _refuse(node, "attributes are allowed only on names")
-            return [(node.value, ctx)]
+            return self._attribute(node, ctx)
         if isinstance(node, ast.Subscript):
             return self._subscript(node, ctx)
         if isinstance(node, ast.Tuple | ast.List):
             return [(e, ctx) for e in node.elts]
         if isinstance(node, ast.Dict):
+            if ctx == "type":  # pydantic takes a dict in a type for a core schema (with callables)
+                raise _refuse(node, "a dict is not a type (pydantic takes it for a core schema)")
             for key in node.keys:
                 if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
                     raise _refuse(node, "dictionary keys must be strings")
@@ -262,6 +204,40 @@ class _Checker:
         if isinstance(node, ast.Call):
             return self._call(node)
         raise _refuse(node, f"{_describe(node)} is not allowed here")
+
+    def _attribute(self, node: ast.Attribute, ctx: Context) -> list[tuple[ast.AST, Context]]:
+        self._check_name(node, node.attr)
+        if not isinstance(node.value, ast.Name | ast.Attribute):
+            raise _refuse(node, "attributes are allowed only on names")
+        chain = _chain(node)
+        if chain is None or chain[0] not in self.imported:
+            return [(node.value, ctx)]
+        for part in chain:
+            self._check_name(node, part)
+        self._not_a_module(node, ".".join(chain), self._resolve(node))
+        return []
+
+    @staticmethod
+    def _not_a_module(node: ast.AST, shown: str, value: object) -> None:
+        if isinstance(value, types.ModuleType):  # a module held as a value escapes ``follow``
+            raise _refuse(node, f"the module {shown!r} may only be used as {shown}.Name")
+
+    def _resolve(self, node: ast.AST) -> object:
+        """What an imported name, or an attribute chain from one, is on the real objects; None
+        for anything else (what the source defines, or a name that the check refuses anyway).
+
+        Raises:
+            SourceRefused: the chain leaves the allowed modules.
+        """
+        chain = [node.id] if isinstance(node, ast.Name) else None
+        if isinstance(node, ast.Attribute):
+            chain = _chain(node)
+        if not chain or chain[0] not in self.imported or any(p.startswith("_") for p in chain):
+            return None
+        try:
+            return follow(self.imported[chain[0]], chain[1:], chain[0])
+        except Unreachable as error:
+            raise _refuse(node, str(error)) from None
 
     def _constant(self, node: ast.Constant, ctx: Context) -> list[tuple[ast.AST, Context]]:
         value = node.value
@@ -287,13 +263,14 @@ class _Checker:
 
     def _subscript(self, node: ast.Subscript, ctx: Context) -> list[tuple[ast.AST, Context]]:
         base = node.value
-        name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
         items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        if name == "Literal":
+        form = special_form(self._resolve(base))
+        if form == "Literal":
             return [(base, ctx), *((i, "value") for i in items)]
-        if name == "Annotated" and items:
+        if form == "Annotated" and items:
             return [(base, ctx), (items[0], "type"), *((i, "value") for i in items[1:])]
-        return [(base, ctx), *((i, ctx) for i in items)]
+        # typing turns the strings in any other subscript into forward references
+        return [(base, ctx), *((i, "type") for i in items)]
 
     def _call(self, node: ast.Call) -> list[tuple[ast.AST, Context]]:
         func = node.func
@@ -303,17 +280,42 @@ class _Checker:
             raise _refuse(
                 node, f"calling {shown} is not allowed (only {', '.join(sorted(ALLOWED_CALLS))})"
             )
+        if allowed_call(self._resolve(func)) != name:  # an allowed name bound to something else
+            raise _refuse(
+                node,
+                f"calling {name} is not allowed: it is not the {name} imported "
+                "from pydantic, annotated_types, enum or typing",
+            )
         children: list[tuple[ast.AST, Context]] = [(func, "value")]
-        for arg in node.args:
+        for position, arg in enumerate(node.args):
             if isinstance(arg, ast.Starred):
                 raise _refuse(arg, "*args are not allowed")
-            children.append((arg, "value"))
+            typed = is_type_argument(name, position=position)
+            children.append((arg, "type" if typed else "value"))
         for keyword in node.keywords:
             if keyword.arg is None:
                 raise _refuse(keyword.value, "**kwargs are not allowed")
             self._check_name(keyword.value, keyword.arg)
-            children.append((keyword.value, "value"))
+            typed = is_type_argument(name, keyword=keyword.arg)
+            children.append((keyword.value, "type" if typed else "value"))
         return children
+
+
+def _lookup(node: ast.AST, module: str, names: list[str] | None = None) -> object:
+    try:
+        return imported(module, names or [])
+    except Unreachable as error:
+        raise _refuse(node, str(error)) from None
+
+
+def _chain(node: ast.Attribute) -> list[str] | None:
+    """``a.b.c`` as ``["a", "b", "c"]``; None when it does not start from a name."""
+    parts: list[str] = []
+    current: ast.expr = node
+    while isinstance(current, ast.Attribute):
+        parts.append(current.attr)
+        current = current.value
+    return [current.id, *reversed(parts)] if isinstance(current, ast.Name) else None
 
 
 def _describe(node: ast.AST) -> str:
@@ -335,16 +337,7 @@ def check_source(source: str) -> None:
     Raises:
         SourceRefused: with the line, the column and the construct.
     """
-    size = len(source.encode("utf-8", errors="surrogatepass"))
-    if size > MAX_SOURCE_BYTES:
-        raise SourceRefused(
-            f"the source is {size} bytes; a Pydantic source may be {MAX_SOURCE_BYTES}"
-        )
-    if source.count("\n") + 1 > MAX_LINES:
-        raise SourceRefused(f"the source has more than {MAX_LINES} lines")
-    if "\0" in source:
-        raise SourceRefused("the source contains a NUL character")
-    _scan_tokens(source)
+    scan(source)
     try:
         tree = ast.parse(source, filename="<schema>")
     except SyntaxError as error:

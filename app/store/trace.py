@@ -40,15 +40,39 @@ def compress(entries: Iterable[int | None]) -> list[dict[str, Any]]:
 
 
 def canonical_actions(actions: Sequence[Action]) -> list[dict[str, Any]]:
-    """Resolve backs and forces-at into the steps they leave, then compress them."""
-    entries: list[int | None] = []
+    """Resolve backs and forces-at into the steps they leave, then compress them.
+
+    Runs of steps are kept as counts, never expanded: time and memory grow with the number of
+    actions, not with the steps they stand for (4096 actions of 4096 steps each are 4096 runs).
+    """
+    runs: list[list[Any]] = []  # [None, n] for n generated steps, [token_id, 1] for a forced one
+    length = 0
+
+    def truncate(to: int) -> None:
+        nonlocal length
+        while length > to:
+            excess = length - to
+            if runs[-1][1] > excess:
+                runs[-1][1] -= excess
+                length = to
+            else:
+                length -= runs.pop()[1]
+
     for action in actions:
         if action.op == "step":
-            entries.extend([None] * action.n)
+            if runs and runs[-1][0] is None:
+                runs[-1][1] += action.n
+            else:
+                runs.append([None, action.n])
+            length += action.n
         elif action.op == "back":
-            del entries[max(len(entries) - action.n, 0) :]
+            truncate(max(length - action.n, 0))
         else:
             if action.at is not None:
-                del entries[action.at :]
-            entries.append(action.token_id)
-    return compress(entries)
+                truncate(action.at)
+            runs.append([action.token_id, 1])
+            length += 1
+    return [
+        {"op": "step", "n": count} if entry is None else {"op": "force", "token_id": entry}
+        for entry, count in runs
+    ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -12,11 +11,12 @@ from app.engine import (
     Engine,
     GrammarSpec,
     ReplayResult,
+    ReplayToken,
     SamplingParams,
     StepRecord,
     Validation,
 )
-from app.exceptions import RunInProgress
+from app.exceptions import InvalidInput, RunInProgress
 from app.sandbox.sandbox import PydanticSchema
 from app.web.models import GrammarIn, ReplayIn, SessionIn
 from app.web.sessions import SessionHandle
@@ -27,9 +27,11 @@ __all__ = [
     "back",
     "compile_answer",
     "compile_grammar",
+    "compiled",
     "create_session",
     "force",
     "replay",
+    "replay_token",
     "resolve",
     "session_answer",
     "step",
@@ -50,10 +52,19 @@ async def resolve(state: AppState, grammar: GrammarIn) -> Resolved:
     grammar.check_size(state.settings)
     if grammar.kind != "pydantic":
         return Resolved(grammar.to_spec())
-    derived = await asyncio.to_thread(
+    derived = await state.pools.sandbox.run(
         state.sandbox.schema, grammar.source, grammar.options.root_model
     )
     return Resolved(grammar.to_spec(json.dumps(derived.schema, indent=2)), derived)
+
+
+async def compiled(state: AppState, engine: Engine, spec: GrammarSpec) -> CompileResult:
+    """The compiled grammar: from the cache at once, else from a compile worker (429 when too
+    many compiles wait for one)."""
+    hit = engine.cached(spec)
+    if hit is not None:
+        return hit
+    return await state.pools.compiles.run(engine.compile, spec)
 
 
 async def compile_grammar(
@@ -61,7 +72,7 @@ async def compile_grammar(
 ) -> tuple[CompileResult, Resolved]:
     """Compile off the event loop (the compile itself runs in a worker process)."""
     resolved = await resolve(state, grammar)
-    return await asyncio.to_thread(engine.compile, resolved.spec), resolved
+    return await compiled(state, engine, resolved.spec), resolved
 
 
 def compile_answer(result: CompileResult, grammar: GrammarIn, resolved: Resolved) -> dict[str, Any]:
@@ -83,13 +94,15 @@ def compile_answer(result: CompileResult, grammar: GrammarIn, resolved: Resolved
 
 async def create_session(state: AppState, engine: Engine, body: SessionIn) -> SessionHandle:
     """Compile, render the prompt and register a new session."""
+    body.check_size(state.settings)
     resolved = await resolve(state, body.grammar)
+    grammar = await compiled(state, engine, resolved.spec)
     sampling = SamplingParams.create(
         body.sampling.temperature, body.sampling.top_p, body.sampling.seed
     )
-    session = await asyncio.to_thread(
+    session = await state.pools.steps.run(
         engine.new_session,
-        resolved.spec,
+        grammar,
         messages=body.chat_messages(resolved.spec),
         raw_prompt=body.raw_prompt,
         sampling=sampling,
@@ -122,33 +135,41 @@ def session_answer(handle: SessionHandle) -> dict[str, Any]:
 
 
 async def validation(state: AppState, handle: SessionHandle) -> Validation | None:
-    """The verdict on a stopped session's output: the Pydantic model itself for Pydantic
-    sources (in the sandbox, once per text), the engine's jsonschema check otherwise."""
+    """The verdict on a stopped session's output, once per output: the Pydantic model itself
+    for Pydantic sources (in the sandbox), the engine's jsonschema check otherwise."""
     session = handle.session
     if not session.done:
         return None
-    if handle.pydantic is None:
-        return session.validation()
-    text = session.text
-    if handle.validated is None or handle.validated[0] != text:
-        source, root = handle.pydantic
-        verdict = await asyncio.to_thread(state.sandbox.validate, source, root, text)
-        handle.validated = (text, verdict)
+    key = (session.text, session.stop_reason)
+    if handle.validated is None or handle.validated[0] != key:
+        if handle.pydantic is None:
+            async with handle.lock:  # the check reads the matcher: wait for any action first
+                verdict = await state.pools.steps.run(session.validation)
+        else:
+            source, root = handle.pydantic
+            verdict = await state.pools.sandbox.run(state.sandbox.validate, source, root, key[0])
+        if verdict is None:  # went back meanwhile
+            return None
+        handle.validated = (key, verdict)
     return handle.validated[1]
 
 
 async def step_response(
     state: AppState, handle: SessionHandle, steps: list[StepRecord]
 ) -> dict[str, Any]:
-    """The step response every session action answers with."""
+    """The step response every session action answers with; ``state`` is the parser state
+    after the last token (the state the next mask is computed in)."""
     session = handle.session
     verdict = await validation(state, handle)
+    # Off the loop: reading the parser state waits for a step in flight on another thread.
+    after = await state.pools.steps.run(lambda: session.state)
     return {
         "steps": [r.to_dict() for r in steps],
         "done": session.done,
         "stop_reason": session.stop_reason.value if session.stop_reason else None,
         "text": session.text,
         "validation": verdict.to_dict() if verdict else None,
+        "state": after.to_dict(),
     }
 
 
@@ -166,16 +187,16 @@ async def step(state: AppState, handle: SessionHandle, n: int) -> list[StepRecor
         return [first, *handle.session.run(n - 1)]
 
     async with handle.lock:
-        records = await asyncio.to_thread(work)
+        records = await state.pools.steps.run(work)
     state.sessions.enforce_memory(keep=handle)
     return records
 
 
-async def back(handle: SessionHandle, n: int) -> None:
+async def back(state: AppState, handle: SessionHandle, n: int) -> None:
     """Undo ``n`` steps."""
     _idle(handle)
     async with handle.lock:
-        await asyncio.to_thread(handle.session.back, n)
+        await state.pools.steps.run(handle.session.back, n)
 
 
 async def force(
@@ -186,16 +207,41 @@ async def force(
     session = handle.session
     async with handle.lock:
         if at is None:
-            record = await asyncio.to_thread(session.force, token_id)
+            record = await state.pools.steps.run(session.force, token_id)
         else:
-            record = await asyncio.to_thread(session.force_at, at, token_id)
+            record = await state.pools.steps.run(session.force_at, at, token_id)
     state.sessions.enforce_memory(keep=handle)
     return record
 
 
 async def replay(state: AppState, engine: Engine, body: ReplayIn) -> ReplayResult:
-    """Walk the text or token ids through the grammar."""
-    resolved = await resolve(state, body.grammar)
-    return await asyncio.to_thread(
-        engine.replay, resolved.spec, text=body.text, token_ids=body.token_ids
+    """Walk the text or token ids through the grammar (413 past the token cap)."""
+    grammar, _ = await compile_grammar(state, engine, body.grammar)
+    return await state.pools.replays.run(
+        engine.replay,
+        grammar,
+        text=body.text,
+        token_ids=body.token_ids,
+        bitmask_for=body.bitmask_for,
     )
+
+
+async def replay_token(
+    state: AppState, engine: Engine, grammar_in: GrammarIn, text: str, index: int
+) -> ReplayToken:
+    """Token ``index`` of the replay of ``text``, with its bitmask: only the tokens up to it
+    are walked, and only its bitmask is kept.
+
+    Raises:
+        InvalidInput: the replay has no token ``index`` (the text is shorter, or refused before).
+    """
+    grammar, _ = await compile_grammar(state, engine, grammar_in)
+
+    def work() -> ReplayResult:
+        ids = engine.model.tokens.encode(text)[: index + 1]
+        return engine.replay(grammar, token_ids=ids, bitmask_for=(index,))
+
+    result = await state.pools.replays.run(work)
+    if index >= len(result.tokens):
+        raise InvalidInput(f"token {index} does not exist (the replay has {len(result.tokens)})")
+    return result.tokens[index]

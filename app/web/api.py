@@ -3,21 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Path, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from app.examples import load_examples
 from app.web import actions, sharing
 from app.web.deps import EngineDep, HandleDep, StateDep
 from app.web.models import CountIn, ForceIn, GrammarIn, PermalinkIn, ReplayIn, SessionIn
-from app.web.stream import run_events
+from app.web.stream import END_ID, run_events
 
 __all__ = ["router"]
 
 router = APIRouter()
+
+
+def _encode(body: Any) -> bytes:
+    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+async def _json(body: Any, *, headers: dict[str, str] | None = None) -> Response:
+    """JSON encoded off the event loop: every record of a session weighs tens of megabytes."""
+    content = await asyncio.to_thread(_encode, body)
+    return Response(content, media_type="application/json", headers=headers)
 
 
 @router.get("/healthz", tags=["health"])
@@ -28,15 +39,20 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", tags=["health"], responses={503: {"description": "the model is loading"}})
 async def readyz(state: StateDep) -> JSONResponse:
-    """200 once the model is loaded, 503 before (or if it failed to load)."""
+    """200 once the model is loaded, 503 before (or if it failed to load); both say the
+    containment level of the Pydantic sandbox (``full``, ``seccomp`` or ``none``)."""
+    sandbox = (await asyncio.to_thread(lambda: state.sandbox.level)).value
     if state.engine is None:
         reason = (
             f"the model failed to load: {state.load_error}"
             if state.load_error
             else ("the model is loading")
         )
-        return JSONResponse({"error": {"message": reason, "code": "not_ready"}}, status_code=503)
-    return JSONResponse({"status": "ready", "model": state.engine.model.identity.to_dict()})
+        body = {"error": {"message": reason, "code": "not_ready"}, "sandbox": sandbox}
+        return JSONResponse(body, status_code=503)
+    return JSONResponse(
+        {"status": "ready", "model": state.engine.model.identity.to_dict(), "sandbox": sandbox}
+    )
 
 
 @router.post("/api/compile", tags=["grammar"])
@@ -54,22 +70,22 @@ async def create_session(body: SessionIn, state: StateDep, engine: EngineDep) ->
 
 
 @router.get("/api/sessions/{session_id}", tags=["sessions"])
-async def get_session(handle: HandleDep, state: StateDep) -> dict[str, Any]:
+async def get_session(handle: HandleDep, state: StateDep) -> Response:
     """All steps so far."""
-    return await actions.step_response(state, handle, list(handle.session.steps))
+    return await _json(await actions.step_response(state, handle, list(handle.session.steps)))
 
 
 @router.post("/api/sessions/{session_id}/step", tags=["sessions"])
-async def step(handle: HandleDep, state: StateDep, body: CountIn | None = None) -> dict[str, Any]:
+async def step(handle: HandleDep, state: StateDep, body: CountIn | None = None) -> Response:
     """Take ``n`` steps (409 if the session has stopped)."""
     steps = await actions.step(state, handle, (body or CountIn()).n)
-    return await actions.step_response(state, handle, steps)
+    return await _json(await actions.step_response(state, handle, steps))
 
 
 @router.post("/api/sessions/{session_id}/back", tags=["sessions"])
 async def back(handle: HandleDep, state: StateDep, body: CountIn | None = None) -> dict[str, Any]:
     """Undo ``n`` steps."""
-    await actions.back(handle, (body or CountIn()).n)
+    await actions.back(state, handle, (body or CountIn()).n)
     return await actions.step_response(state, handle, [])
 
 
@@ -87,7 +103,11 @@ async def pause(handle: HandleDep, state: StateDep) -> dict[str, Any]:
     return await actions.step_response(state, handle, [])
 
 
-@router.get("/api/sessions/{session_id}/events", tags=["sessions"])
+@router.get(
+    "/api/sessions/{session_id}/events",
+    tags=["sessions"],
+    responses={204: {"description": "a reconnect after `end`: the run is over, nothing starts"}},
+)
 async def events(
     request: Request,
     handle: HandleDep,
@@ -95,35 +115,42 @@ async def events(
     fmt: Annotated[Literal["html", "json"], Query(alias="format")] = "html",
     after: Annotated[int, Query(ge=-1, le=4096, description="send steps after this index")] = -1,
     last_event_id: Annotated[str | None, Header(max_length=16)] = None,
-) -> EventSourceResponse:
+) -> Response:
     """Run the session, streaming each step as a server-sent event.
 
     ``step`` events carry the step's HTML fragment (with the packed bitmask in ``data-bitmask``)
-    or, with ``format=json``, its record; then ``done`` or ``paused``, then ``end``. A reconnect
-    with ``Last-Event-ID`` resumes after that step; it never restarts the run.
+    or, with ``format=json``, its record; then ``done`` or ``paused``, then ``end`` (SSE id
+    ``end``). A reconnect with ``Last-Event-ID`` resumes after that step with every index sent
+    exactly once, and never restarts a run that is over; a reconnect after ``end`` gets 204.
     """
-    if last_event_id is not None and last_event_id.isdigit():
-        after = int(last_event_id)
-
-    stream = run_events(request, state, handle, after=after, fmt=fmt)
+    if last_event_id == END_ID:
+        return Response(status_code=204)
+    resume = last_event_id is not None and last_event_id.isdigit()
+    if resume:
+        after = int(str(last_event_id))
+    stream = run_events(request, state, handle, after=after, fmt=fmt, resume=resume)
     return EventSourceResponse(stream, ping=15)
 
 
 @router.get("/api/sessions/{session_id}/trace", tags=["sessions"])
-async def trace(handle: HandleDep, state: StateDep) -> JSONResponse:
+async def trace(handle: HandleDep, state: StateDep) -> Response:
     """The whole trace as a JSON download: request, model identity, every step record."""
     answer = await actions.step_response(state, handle, list(handle.session.steps))
     body = {"request": handle.request, "model": handle.session.model.identity.to_dict(), **answer}
     headers = {"Content-Disposition": f'attachment; filename="maskscope-trace-{handle.id}.json"'}
-    return JSONResponse(body, headers=headers)
+    return await _json(body, headers=headers)
 
 
 @router.post("/api/permalinks", tags=["permalinks"], status_code=201,
              responses={200: {"description": "the same snapshot already existed"}})  # fmt: skip
 async def create_permalink(body: PermalinkIn, state: StateDep, engine: EngineDep) -> JSONResponse:
     """Store an immutable snapshot; equal content gives an equal id (201 new, 200 existing)."""
-    snapshot = sharing.snapshot_of_request(body, engine.model.identity)
-    snapshot_id, created = await asyncio.to_thread(state.store.put, snapshot)
+    body.check_size(state.settings)
+
+    def store() -> tuple[str, bool]:
+        return state.store.put(sharing.snapshot_of_request(body, engine.model.identity))
+
+    snapshot_id, created = await asyncio.to_thread(store)
     return JSONResponse(
         {"id": snapshot_id, "url": f"/s/{snapshot_id}"}, status_code=201 if created else 200
     )
@@ -135,7 +162,7 @@ async def get_permalink(
 ) -> dict[str, Any]:
     """The stored snapshot, with the model and versions recorded at share time, and what differs
     from this server's."""
-    snapshot, created = sharing.load(state, snapshot_id)
+    snapshot, created = await sharing.load(state, snapshot_id)
     differences = sharing.differences(snapshot, engine.model.identity)
     return {"id": snapshot_id, "created_at": created, **snapshot, "differences": differences}
 
@@ -143,19 +170,20 @@ async def get_permalink(
 @router.post("/api/permalinks/{snapshot_id}/session", tags=["permalinks"])
 async def open_permalink(
     snapshot_id: Annotated[str, Path(max_length=64)], state: StateDep, engine: EngineDep
-) -> dict[str, Any]:
+) -> Response:
     """Open a new session from the snapshot and replay its trace (409 if it does not replay)."""
-    snapshot, _ = sharing.load(state, snapshot_id)
+    snapshot, _ = await sharing.load(state, snapshot_id)
     handle = await sharing.open_snapshot(state, engine, snapshot)
     answer = await actions.step_response(state, handle, list(handle.session.steps))
-    return {**actions.session_answer(handle), **answer}
+    return await _json({**actions.session_answer(handle), **answer})
 
 
 @router.post("/api/replay", tags=["grammar"])
-async def replay(body: ReplayIn, state: StateDep, engine: EngineDep) -> dict[str, Any]:
-    """Walk a text or token ids through the grammar, without the model."""
+async def replay(body: ReplayIn, state: StateDep, engine: EngineDep) -> Response:
+    """Walk a text or token ids through the grammar, without the model: at most
+    ``MASKSCOPE_REPLAY_MAX_TOKENS`` tokens (413 beyond), bitmasks only for ``bitmask_for``."""
     result = await actions.replay(state, engine, body)
-    return result.to_dict()
+    return await _json(result.to_dict())
 
 
 @router.get("/api/examples", tags=["examples"])

@@ -1,4 +1,4 @@
-"""Dependencies, declared once."""
+"""Dependencies, declared once; all async, so they run on the event loop, never in a thread."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from app.web.state import AppState
 __all__ = ["EngineDep", "HandleDep", "StateDep"]
 
 
-def get_state(request: Request) -> AppState:
+async def get_state(request: Request) -> AppState:
     """The app's state."""
     state: AppState = request.app.state.maskscope
     return state
@@ -23,14 +23,14 @@ StateDep = Annotated[AppState, Depends(get_state)]
 
 
 async def get_engine(state: StateDep) -> Engine:
-    """The loaded engine (waits while it loads)."""
-    return await state.wait_engine()
+    """The loaded engine; 503 ``not_ready`` while it loads."""
+    return state.require_engine()
 
 
 EngineDep = Annotated[Engine, Depends(get_engine)]
 
 
-def get_handle(session_id: str, state: StateDep) -> SessionHandle:
+async def get_handle(session_id: str, state: StateDep) -> SessionHandle:
     """The live session named in the path."""
     return state.sessions.get(session_id)
 

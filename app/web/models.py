@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from app.doctor import DEFAULT_BUDGET_MS, MAX_BUDGET_MS
 from app.engine import PRESETS, ChatMessage, CompileOptions, GrammarKind, GrammarSpec, with_schema
 from app.exceptions import InvalidInput
 from app.settings import Settings
@@ -14,6 +15,7 @@ from app.settings import Settings
 __all__ = [
     "ActionIn",
     "CountIn",
+    "DoctorIn",
     "ForceIn",
     "GrammarIn",
     "MessageIn",
@@ -129,13 +131,29 @@ class SessionIn(_Strict):
     max_tokens: int = Field(default=256, ge=1, le=4096)
     top_k: int = Field(default=10, ge=1, le=100)
 
+    def prompt_bytes(self) -> int:
+        """The size of the prompt as sent: every message and the raw prompt, in UTF-8."""
+        size = sum(len(m.content.encode("utf-8")) for m in self.messages)
+        return size + len((self.raw_prompt or "").encode("utf-8"))
+
     @model_validator(mode="after")
     def _prompt_size(self) -> SessionIn:
-        size = sum(len(m.content.encode("utf-8")) for m in self.messages)
-        size += len((self.raw_prompt or "").encode("utf-8"))
+        size = self.prompt_bytes()
         if size > MAX_MESSAGE_CHARS:
-            raise ValueError(f"the prompt is {size} bytes in total; the limit is 32768")
+            raise ValueError(
+                f"the prompt is {size} bytes in total; the limit is {MAX_MESSAGE_CHARS}"
+            )
         return self
+
+    def check_size(self, settings: Settings) -> None:
+        """Refuse a source or a prompt above the settings' size limits."""
+        self.grammar.check_size(settings)
+        size = self.prompt_bytes()
+        if size > settings.messages_max_bytes:
+            raise InvalidInput(
+                f"the prompt is {size} bytes in total; the limit is {settings.messages_max_bytes}",
+                pointer="/raw_prompt" if self.raw_prompt else "/messages",
+            )
 
     def chat_messages(self, spec: GrammarSpec) -> list[ChatMessage]:
         """The messages, with the JSON Schema appended to the system message when asked."""
@@ -192,9 +210,32 @@ class ReplayIn(_Strict):
     token_ids: list[Annotated[int, Field(ge=0, le=2**31 - 1)]] | None = Field(
         default=None, max_length=8192
     )
+    bitmask_for: list[Annotated[int, Field(ge=0, le=8191)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="token indices whose packed bitmask the answer includes",
+    )
 
     @model_validator(mode="after")
     def _one_input(self) -> ReplayIn:
         if (self.text is None) == (self.token_ids is None):
             raise ValueError("give either text or token_ids")
         return self
+
+
+class DoctorIn(_Strict):
+    """A grammar to examine, with the search's seed and time budget."""
+
+    grammar: GrammarIn
+    seed: int = Field(
+        default=0, ge=0, le=2**63 - 1, description="the same seed gives the same witnesses"
+    )
+    budget_ms: int = Field(
+        default=DEFAULT_BUDGET_MS,
+        ge=100,
+        le=MAX_BUDGET_MS,
+        description="time the keyword comparison and the witness search may each take",
+    )
+    max_tokens: int | None = Field(
+        default=None, ge=1, le=4096, description="flagged when below the shortest document"
+    )

@@ -11,17 +11,17 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 from starlette.datastructures import FormData
 
-from app.engine import PRESETS, ReplayToken, StepRecord
+from app.engine import PRESETS, StepRecord
 from app.examples import Example, load_examples
 from app.exceptions import GrammarError, InvalidInput, PermalinkNotFound
-from app.web import actions, sharing
+from app.web import actions, doctor, sharing
 from app.web.deps import EngineDep, HandleDep, StateDep
 from app.web.errors import not_found_page
-from app.web.models import GrammarIn, ReplayIn, SessionIn
+from app.web.models import DoctorIn, GrammarIn, ReplayIn, SessionIn
 from app.web.sessions import SessionHandle
 from app.web.state import AppState
 
-__all__ = ["router"]
+__all__ = ["form_session_request", "router"]
 
 router = APIRouter(include_in_schema=False)
 
@@ -66,7 +66,8 @@ def _grammar(form: FormData) -> dict[str, Any]:
             "options": options}  # fmt: skip
 
 
-def _session_request(form: FormData) -> SessionIn:
+def form_session_request(form: FormData) -> SessionIn:
+    """The session request the playground's form describes."""
     body: dict[str, Any] = {
         "grammar": _grammar(form),
         "sampling": {
@@ -153,19 +154,19 @@ async def playground(request: Request, state: StateDep, example: str | None = No
 async def permalink_page(request: Request, state: StateDep, snapshot_id: str) -> HTMLResponse:
     """A shared snapshot: the playground pre-filled; its trace replays on load."""
     try:
-        snapshot, _ = sharing.load(state, snapshot_id)
+        snapshot, _ = await sharing.load(state, snapshot_id)
     except PermalinkNotFound:
         return not_found_page(
             request, "This permalink does not exist: check the link, or ask for a new one."
         )
-    engine = await state.wait_engine()
+    engine = state.engine  # while the model loads, the page shows; opening the session is 503
     return _page(
         request,
         state,
         _prefill_from_request(snapshot["request"]),
         permalink=snapshot_id,
         trace_steps=sum(a.get("n", 1) for a in snapshot["actions"]),
-        differences=sharing.differences(snapshot, engine.model.identity),
+        differences=sharing.differences(snapshot, engine.model.identity) if engine else [],
     )
 
 
@@ -174,7 +175,7 @@ async def open_permalink_fragment(
     request: Request, state: StateDep, engine: EngineDep, snapshot_id: str
 ) -> HTMLResponse:
     """The shared session reopened: every chip, the last step inspected, the status."""
-    snapshot, _ = sharing.load(state, snapshot_id)
+    snapshot, _ = await sharing.load(state, snapshot_id)
     handle = await sharing.open_snapshot(state, engine, snapshot)
     answer = await actions.step_response(state, handle, [])
     steps = handle.session.steps
@@ -191,7 +192,11 @@ async def open_permalink_fragment(
 @router.post("/ui/sessions/{session_id}/share", response_class=HTMLResponse)
 async def share_fragment(request: Request, state: StateDep, handle: HandleDep) -> HTMLResponse:
     """Store the session as a permalink; the link, ready to copy."""
-    snapshot_id, _ = await asyncio.to_thread(state.store.put, sharing.snapshot_of_session(handle))
+
+    def store() -> tuple[str, bool]:
+        return state.store.put(sharing.snapshot_of_session(handle))
+
+    snapshot_id, _ = await asyncio.to_thread(store)
     context = {"url": f"{request.base_url}s/{snapshot_id}", "path": f"/s/{snapshot_id}",
                "session_id": handle.id}  # fmt: skip
     return _render(state, request, "partials/_share.html", context)
@@ -209,6 +214,26 @@ async def compile_fragment(request: Request, state: StateDep, engine: EngineDep)
     except (GrammarError, InvalidInput) as error:
         context["error"] = error.to_dict()
     return _render(state, request, "partials/_compile.html", context)
+
+
+@router.post("/ui/doctor", response_class=HTMLResponse)
+async def doctor_fragment(request: Request, state: StateDep, engine: EngineDep) -> Response:
+    """The Doctor tab for the form's grammar; errors render in the tab, with a 200."""
+    form = await request.form()
+    body: DoctorIn = _validated(DoctorIn, {"grammar": _grammar(form),
+                                           "max_tokens": _number(form, "max_tokens")})  # fmt: skip
+    if await request.is_disconnected():  # a newer compile replaced this request
+        return Response(status_code=204)
+    context: dict[str, Any] = {"max_tokens": body.max_tokens}
+    try:
+        report = await doctor.examine(state, engine, body)
+        marks = doctor.editor_marks(report)
+        counts = report.counts()
+        flagged = counts["ignored"] + counts["weakened"] + len(report.witnesses)
+        context.update(report=report, marks=marks, flagged=flagged)
+    except (GrammarError, InvalidInput) as error:
+        context["error"] = error.to_dict()
+    return _render(state, request, "partials/_doctor.html", context)
 
 
 async def _step_parts(
@@ -231,7 +256,7 @@ async def _step_parts(
 async def new_session(request: Request, state: StateDep, engine: EngineDep) -> HTMLResponse:
     """Open a session from the form: its output area, and the rendered prompt out of band."""
     form = await request.form()
-    handle = await actions.create_session(state, engine, _session_request(form))
+    handle = await actions.create_session(state, engine, form_session_request(form))
     answer = await actions.step_response(state, handle, [])
     parts = [
         ("partials/_session.html", {"handle": handle, "state": answer}),
@@ -255,7 +280,7 @@ def _deletions(first: int, last: int) -> str:
 async def back_fragment(state: StateDep, handle: HandleDep) -> HTMLResponse:
     """One step back: the last chip is removed."""
     before = len(handle.session.steps)
-    await actions.back(handle, 1)
+    await actions.back(state, handle, 1)
     removed = _deletions(len(handle.session.steps), before)
     return _fragments(state, *await _step_parts(state, handle, []), prefix=removed)
 
@@ -307,28 +332,28 @@ async def inspector_fragment(
     return _render(state, request, "partials/_inspector.html", context)
 
 
-async def _replay(request: Request, state: AppState, engine: EngineDep) -> tuple[Any, str]:
+async def _replay_form(request: Request) -> ReplayIn:
     form = await request.form()
-    text = str(form.get("text") or "")
-    body: ReplayIn = _validated(ReplayIn, {"grammar": _grammar(form), "text": text})
-    return await actions.replay(state, engine, body), text
+    body: ReplayIn = _validated(
+        ReplayIn, {"grammar": _grammar(form), "text": form.get("text") or ""}
+    )
+    return body
 
 
 @router.post("/ui/replay", response_class=HTMLResponse)
 async def replay_fragment(request: Request, state: StateDep, engine: EngineDep) -> HTMLResponse:
-    """Replay the text against the form's grammar."""
-    result, text = await _replay(request, state, engine)
-    return _render(state, request, "partials/_replay.html", {"result": result, "text": text})
+    """Replay the text against the form's grammar (no bitmasks: a click fetches one)."""
+    body = await _replay_form(request)
+    result = await actions.replay(state, engine, body)
+    return _render(state, request, "partials/_replay.html", {"result": result, "text": body.text})
 
 
 @router.post("/ui/replay/{index}", response_class=HTMLResponse)
 async def replay_inspector(
     request: Request, state: StateDep, engine: EngineDep, index: Annotated[int, Path(ge=0)]
 ) -> HTMLResponse:
-    """The inspector for one replayed token (recomputed: replay is cheap and stateless)."""
-    result, _ = await _replay(request, state, engine)
-    if index >= len(result.tokens):
-        raise InvalidInput(f"token {index} does not exist (the replay has {len(result.tokens)})")
-    token: ReplayToken = result.tokens[index]
+    """The inspector for one replayed token, with its bitmask: the walk goes up to it only."""
+    body = await _replay_form(request)
+    token = await actions.replay_token(state, engine, body.grammar, body.text or "", index)
     context = {"token": token, "index": index, "vocab_size": engine.model.tokens.vocab_size}
     return _render(state, request, "partials/_inspector.html", context)

@@ -1,4 +1,5 @@
-"""Live sessions by id: a cap, idle expiry, least-recently-used eviction, one run at a time."""
+"""Live sessions by id: a cap, idle expiry, least-recently-used eviction of idle sessions only,
+a memory budget, one run at a time."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine import Session, Validation
+from app.engine import Session, StopReason, Validation
 from app.exceptions import CapacityExceeded, SessionGone, SessionNotFound
 
 __all__ = ["SessionHandle", "SessionStore"]
@@ -25,13 +26,15 @@ class SessionHandle:
         id: the URL-safe id.
         session: the engine's session.
         request: the session request as received (for sharing and display).
-        lock: serialises actions on the session.
-        run: increments when a stream starts a run; an older run loop sees it and stops.
+        lock: serialises actions on the session; held until the action's thread is done.
+        run: increments when a stream starts (or resumes) a run; an older loop sees it and stops.
         pause: set by ``/pause``; the run loop stops after the step in flight.
         streaming: whether a run loop is active.
+        run_over: the last run ended (paused or done) and said so: a reconnect to it gets the
+            rest of its events but never generates again.
         pydantic: the Pydantic source and root model, when the grammar came from one (the
             output is then validated with the model itself, in the sandbox).
-        validated: the last validation, with the text it was for.
+        validated: the last validation, with the output (text and stop reason) it was for.
     """
 
     id: str
@@ -41,26 +44,39 @@ class SessionHandle:
     run: int = 0
     pause: bool = False
     streaming: bool = False
+    run_over: bool = False
     pydantic: tuple[str, str | None] | None = None
-    validated: tuple[str, Validation] | None = None
+    validated: tuple[tuple[str, StopReason | None], Validation] | None = None
     last_used: float = field(default_factory=time.monotonic)
+
+    @property
+    def busy(self) -> bool:
+        """Whether an action or a run is under way (or waiting its turn): never evicted then."""
+        return self.streaming or self.lock.locked()
+
+    @property
+    def memory_bytes(self) -> int:
+        """Memory the session holds: its KV cache and its step records."""
+        return self.session.kv_bytes + self.session.records_bytes
 
 
 class SessionStore:
     """The live sessions of one app.
 
     Args:
-        max_sessions: the cap; when full, the least recently used session that is not streaming
-            is evicted (its page is told so), or the new one is refused (429).
-        ttl_s: a session unused for this long expires.
-        max_kv_bytes: the KV caches of all sessions together; above it, the least recently used
-            idle sessions are evicted.
+        max_sessions: the cap; when full, the least recently used session that is not busy is
+            evicted (its page is told so), or the new one is refused (429).
+        ttl_s: a session unused for this long expires (unless busy).
+        max_memory_bytes: the KV caches and step records of all sessions together; above it,
+            the least recently used sessions that are not busy are evicted.
     """
 
-    def __init__(self, max_sessions: int, ttl_s: float, max_kv_bytes: int | None = None) -> None:
+    def __init__(
+        self, max_sessions: int, ttl_s: float, max_memory_bytes: int | None = None
+    ) -> None:
         self.max_sessions = max_sessions
         self.ttl_s = ttl_s
-        self.max_kv_bytes = max_kv_bytes
+        self.max_memory_bytes = max_memory_bytes
         self._live: OrderedDict[str, SessionHandle] = OrderedDict()
         self._ended: OrderedDict[str, str] = OrderedDict()
 
@@ -78,7 +94,7 @@ class SessionStore:
         now = time.monotonic() if now is None else now
         ended = 0
         for handle in list(self._live.values()):
-            if not handle.streaming and now - handle.last_used > self.ttl_s:
+            if not handle.busy and now - handle.last_used > self.ttl_s:
                 self._end(handle.id, "expired after being idle")
                 ended += 1
         return ended
@@ -92,35 +108,35 @@ class SessionStore:
         """Register a new session, making room if needed.
 
         Raises:
-            CapacityExceeded: every slot holds a session that is streaming.
+            CapacityExceeded: every slot holds a busy session.
         """
         self.expire()
         while len(self._live) >= self.max_sessions:
-            victim = next((h for h in self._live.values() if not h.streaming), None)
+            victim = next((h for h in self._live.values() if not h.busy), None)
             if victim is None:
                 raise CapacityExceeded(
-                    f"all {self.max_sessions} sessions are running; try again in a moment"
+                    f"all {self.max_sessions} sessions are busy; try again in a moment"
                 )
             self._end(victim.id, "was evicted to make room for a newer session")
         handle = SessionHandle(secrets.token_urlsafe(12), session, request, pydantic=pydantic)
         self._live[handle.id] = handle
         return handle
 
-    def kv_bytes(self) -> int:
-        """Memory held by the KV caches of all live sessions."""
-        return sum(h.session.kv_bytes for h in self._live.values())
+    def memory_bytes(self) -> int:
+        """Memory held by all live sessions: KV caches and step records."""
+        return sum(h.memory_bytes for h in self._live.values())
 
     def enforce_memory(self, keep: SessionHandle | None = None) -> None:
-        """Evict least recently used idle sessions while the KV caches exceed their budget."""
-        if self.max_kv_bytes is None:
+        """Evict least recently used sessions, busy ones spared, while memory exceeds the budget."""
+        if self.max_memory_bytes is None:
             return
-        total = self.kv_bytes()
+        total = self.memory_bytes()
         for handle in list(self._live.values()):
-            if total <= self.max_kv_bytes:
+            if total <= self.max_memory_bytes:
                 return
-            if handle is keep or handle.streaming:
+            if handle is keep or handle.busy:
                 continue
-            total -= handle.session.kv_bytes
+            total -= handle.memory_bytes
             self._end(handle.id, "was evicted to free memory for other sessions")
 
     def get(self, session_id: str) -> SessionHandle:

@@ -43,7 +43,8 @@ def _snapshot(
 
 
 def snapshot_of_request(body: PermalinkIn, identity: ModelIdentity) -> dict[str, Any]:
-    """The canonical snapshot of a permalink request (defaults filled, trace canonical).
+    """The canonical snapshot of a permalink request (defaults filled, trace canonical, built
+    in time linear in the actions: run it off the event loop all the same).
 
     Raises:
         InvalidInput: sampling without a seed, which could not be reproduced.
@@ -75,9 +76,12 @@ def differences(snapshot: dict[str, Any], identity: ModelIdentity) -> list[str]:
     ]
 
 
-def load(state: AppState, snapshot_id: str) -> tuple[dict[str, Any], float]:
-    """A stored snapshot, or PermalinkNotFound (malformed ids included)."""
-    found = state.store.get(snapshot_id) if re.match(ID_PATTERN, snapshot_id) else None
+async def load(state: AppState, snapshot_id: str) -> tuple[dict[str, Any], float]:
+    """A stored snapshot (read off the event loop), or PermalinkNotFound (malformed ids
+    included)."""
+    found = None
+    if re.match(ID_PATTERN, snapshot_id):
+        found = await asyncio.to_thread(state.store.get, snapshot_id)
     if found is None:
         raise PermalinkNotFound(f"no permalink {snapshot_id!r}")
     return found
@@ -101,5 +105,5 @@ async def open_snapshot(state: AppState, engine: Any, snapshot: dict[str, Any]) 
     body = SessionIn.model_validate(snapshot["request"])
     handle = await actions.create_session(state, engine, body)
     async with handle.lock:
-        await asyncio.to_thread(_replay_actions, handle.session, snapshot["actions"])
+        await state.pools.steps.run(_replay_actions, handle.session, snapshot["actions"])
     return handle

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import gc
 import logging
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +12,11 @@ from fastapi.templating import Jinja2Templates
 
 from app.engine import Engine
 from app.exceptions import NotReady
-from app.sandbox.process import Limits
 from app.sandbox.sandbox import Sandbox
 from app.settings import Settings
 from app.store.permalinks import PermalinkStore
 from app.web import render
+from app.web.executors import Pools
 from app.web.sessions import SessionStore
 
 __all__ = ["AppState", "STATIC_DIR", "TEMPLATES_DIR", "release_memory"]
@@ -27,7 +25,6 @@ log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parent.parent.parent
 STATIC_DIR = ROOT / "static"
 TEMPLATES_DIR = ROOT / "templates"
-_WAIT_FOR_MODEL_S = 120.0
 
 
 def release_memory() -> None:
@@ -52,18 +49,11 @@ class AppState:
         self.engine = engine
         self.owns_engine = engine is None
         self.load_error: Exception | None = None
-        self._ready = threading.Event()
-        if engine is not None:
-            self._ready.set()
+        self.pools = Pools.create(settings)
         self.sessions = SessionStore(
             settings.max_sessions, settings.session_ttl_s, settings.max_kv_mb * 1024 * 1024
         )
-        limits = Limits(
-            cpu_s=settings.sandbox_cpu_s,
-            memory_bytes=settings.sandbox_memory_mb * 1024 * 1024,
-            wall_s=settings.sandbox_timeout_s,
-        )
-        self.sandbox = Sandbox(limits, workers=settings.sandbox_workers)
+        self.sandbox = Sandbox.from_settings(settings)
         self.store = PermalinkStore(settings.db_path, max_bytes=settings.snapshot_max_bytes)
         self.templates = Jinja2Templates(directory=TEMPLATES_DIR)
         render.install(self.templates.env)
@@ -85,23 +75,20 @@ class AppState:
         except Exception as error:  # reported on /readyz and by every engine route
             log.exception("the model failed to load")
             self.load_error = error
-        finally:
-            self._ready.set()
 
-    async def wait_engine(self) -> Engine:
-        """The engine, waiting for it to load if needed.
+    def require_engine(self) -> Engine:
+        """The engine, at once: a request never holds a thread waiting for the model to load.
 
         Raises:
-            NotReady: it failed to load, or is still loading after two minutes.
+            NotReady: it is still loading, or failed to load.
         """
-        if self.engine is None and not self._ready.is_set():
-            await asyncio.to_thread(self._ready.wait, _WAIT_FOR_MODEL_S)
         if self.engine is None:
-            reason = f": {self.load_error}" if self.load_error else " yet"
-            raise NotReady(f"the model is not loaded{reason}")
+            reason = f"failed to load: {self.load_error}" if self.load_error else "is loading"
+            raise NotReady(f"the model {reason}; try again when /readyz says ready")
         return self.engine
 
     def close(self) -> None:
         """Stop what this app started."""
+        self.pools.shutdown()
         if self.owns_engine and self.engine is not None:
             self.engine.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -14,7 +13,10 @@ from app.web.actions import step_response
 from app.web.sessions import SessionHandle
 from app.web.state import AppState
 
-__all__ = ["run_events"]
+__all__ = ["END_ID", "run_events"]
+
+#: The SSE id of the ``end`` event: a client that reconnects with it has seen the whole run.
+END_ID = "end"
 
 
 async def run_events(
@@ -24,20 +26,25 @@ async def run_events(
     *,
     after: int,
     fmt: Literal["html", "json"],
+    resume: bool = False,
 ) -> AsyncIterator[dict[str, Any]]:
     """Send the steps after index ``after``, then generate until done, paused or disconnected.
 
-    A reconnect (``Last-Event-ID``) resumes from the last step the client saw: steps already
-    generated are sent again from the session's record, never generated anew. A newer stream
-    for the same session takes the run over; this one then ends.
+    Every index is sent exactly once: the steps to send are read from the session's record
+    after each step, so a step still in flight when this stream started (for a stream whose
+    client left) is sent too, never lost and never generated again. A newer stream for the same
+    session takes the run over; this one then ends. A reconnect (``resume``, from
+    ``Last-Event-ID``) continues the run it lost; when that run is already over it gets the rest
+    of its events and generates nothing.
 
     Events: ``step`` (SSE id = the step index), then ``done`` when the session has stopped or
-    ``paused`` when a pause ended the run, then ``end``.
+    ``paused`` when a pause ended the run, then ``end`` (SSE id ``end``).
     """
     session = handle.session
     handle.run += 1
     run = handle.run
-    handle.pause = False
+    if not resume:
+        handle.pause = handle.run_over = False
     handle.streaming = True
 
     def step_event(record: StepRecord) -> dict[str, Any]:
@@ -47,18 +54,29 @@ async def run_events(
             data = state.render("partials/_chip.html", {"step": record, "with_bitmask": True})
         return {"event": "step", "id": str(record.index), "data": data}
 
+    def generating() -> bool:
+        return handle.run == run and not (session.done or handle.pause or handle.run_over)
+
+    sent = after + 1
     try:
-        for record in list(session.steps[after + 1 :]):
-            yield step_event(record)
-        while not session.done and not handle.pause and handle.run == run:
+        while True:
+            sent = min(sent, len(session.steps))
+            for record in session.steps[sent:]:
+                yield step_event(record)
+                sent += 1
+            if not generating():
+                break
             if await request.is_disconnected():
                 return
             async with handle.lock:
-                record = await asyncio.to_thread(session.step)
+                # Only when nothing is left to send: the lock may have been held by a step an
+                # older stream started, whose record is then sent first.
+                if generating() and len(session.steps) == sent:
+                    await state.pools.steps.run(session.step)
             state.sessions.enforce_memory(keep=handle)
-            yield step_event(record)
         if handle.run != run:
             return
+        handle.run_over = True
         answer = await step_response(state, handle, [])
         event = "done" if session.done else "paused"
         if fmt == "json":
@@ -66,8 +84,7 @@ async def run_events(
         else:
             data = state.render("partials/_status.html", {"state": answer, "handle": handle})
         yield {"event": event, "data": data}
-        yield {"event": "end", "data": ""}
+        yield {"event": "end", "id": END_ID, "data": ""}
     finally:
         if handle.run == run:
             handle.streaming = False
-            handle.pause = False

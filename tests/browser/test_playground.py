@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from playwright.sync_api import Dialog, Page, expect
 
+from app.engine.masking import XGrammarMasking
 from tests.browser.conftest import ARTIFACTS
 
 
@@ -137,6 +139,7 @@ def test_a_hostile_permalink_renders_inert(page: Page, live_server: str) -> None
     scripts = page.evaluate("() => [...document.scripts].map((s) => s.src || s.id)")
     assert [s.rsplit("/", 1)[-1] for s in scripts] == [  # the page's own, none from the snapshot
         "htmx.min.js", "htmx-ext-sse.min.js", "codemirror.min.js", "app.js", "presets",
+        "export.js",
     ]  # fmt: skip
     page.click("#tok-3")
     expect(page.locator("#inspector")).to_have_attribute("data-index", "3")
@@ -160,3 +163,50 @@ def test_share_copies_a_link_that_reopens_the_run(page: Page, live_server: str) 
     page.goto(url)
     expect(page.locator("#tokens .chip")).to_have_count(6, timeout=60_000)
     assert page.locator("#tokens").inner_text() == before
+
+
+def _amber_columns(page: Page) -> int:
+    """Timeline columns holding the mask/accept disagreement mark (amber, full height)."""
+    count: int = page.evaluate(
+        """() => {
+            const canvas = document.querySelector('#timeline');
+            const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, 1).data;
+            let n = 0;
+            for (let i = 0; i < data.length; i += 4) {
+                if (data[i] > 120 && data[i + 1] > 50 && data[i + 1] < 110 && data[i + 2] < 60) n++;
+            }
+            return n;
+        }"""
+    )
+    return count
+
+
+def test_a_mask_accept_disagreement_is_flagged(
+    page: Page, live_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    brace = 107  # "{", the nested schema's first token
+    real = XGrammarMasking.probe_token
+
+    def lying(self: XGrammarMasking, token_id: int) -> bool:
+        return (not real(self, token_id)) if token_id == brace else real(self, token_id)
+
+    monkeypatch.setattr(XGrammarMasking, "probe_token", lying)
+    page.goto(f"{live_server}/?example=nested")
+    expect(page.locator("#compile-result .stats")).to_contain_text("compiled")
+    page.click("#btn-step")
+    expect(page.locator("#tok-0.disagree")).to_have_count(1)
+    page.click("#btn-step")
+    expect(page.locator("#tokens .chip")).to_have_count(2)
+    page.click("#tok-0")
+    expect(page.locator("#inspector")).to_have_attribute("data-index", "0")
+    expect(page.locator("#inspector .disagree-flag")).to_contain_text("disagreed on 1 of the")
+    expect(page.locator("#inspector .probe-token")).to_have_text(f'"{{" (id {brace})')
+    expect(page.locator("#inspector .facts")).to_contain_text("depth before")
+    page.wait_for_timeout(100)
+    marked = _amber_columns(page)
+    assert marked > 0
+    page.click("#tok-1")
+    expect(page.locator("#inspector")).to_have_attribute("data-index", "1")
+    expect(page.locator("#inspector .disagree-flag")).to_have_count(0)
+    assert _amber_columns(page) == marked, "only step 0 is marked"
+    page.screenshot(path=str(ARTIFACTS / "disagreement.png"))

@@ -139,3 +139,13 @@ def test_regex_errors_give_the_column(compiler: xgr.GrammarCompiler) -> None:
 
 def test_unknown_kind(compiler: xgr.GrammarCompiler) -> None:
     assert _error(_compile(compiler, "lark", "x"))["message"] == "unknown grammar kind 'lark'"
+
+
+def test_an_error_message_cut_inside_a_character_is_a_grammar_error(
+    compiler: xgr.GrammarCompiler,
+) -> None:
+    # xgrammar quotes the source cut inside "°", fails to decode its own message, and used to
+    # take the worker down with it (every compile then waited for a new worker to start).
+    answer = _compile(compiler, "ebnf", "\u00b0\u00fa")
+    assert answer["ok"] is False and answer["error"]["code"] == "grammar_invalid"
+    assert "EBNF" in answer["error"]["message"]

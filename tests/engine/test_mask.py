@@ -1,9 +1,17 @@
 from __future__ import annotations
 
+import pytest
 import torch
 import xgrammar as xgr
 
-from app.engine.mask import allowed_vector, bitmask_bytes, is_allowed, words_from_bytes
+from app.engine.mask import (
+    allowed_array,
+    allowed_vector,
+    bitmask_bytes,
+    count_allowed,
+    is_allowed,
+    words_from_bytes,
+)
 
 
 def _bitmask_allowing(allowed: set[int], vocab_size: int) -> torch.Tensor:
@@ -23,6 +31,17 @@ def test_unpacking_matches_the_bits_set() -> None:
     assert vector.shape == (130,)
     assert set(vector.nonzero().flatten().tolist()) == allowed
     assert all(is_allowed(words, t) == (t in allowed) for t in range(130))
+    array = allowed_array(words, 130)
+    assert array.dtype == bool and array.tolist() == vector.tolist()
+
+
+@pytest.mark.parametrize("vocab_size", [96, 130, 160])
+def test_the_count_is_the_bits_set_below_the_vocabulary_size(vocab_size: int) -> None:
+    allowed = {0, 31, 32, 95, 100, 129, 131, 159}  # some past the smaller vocabularies
+    words = _bitmask_allowing(allowed, 160)[0]
+    expected = len({t for t in allowed if t < vocab_size})
+    assert count_allowed(words, vocab_size) == expected
+    assert count_allowed(words, vocab_size) == int(allowed_vector(words, vocab_size).sum())
 
 
 def test_bytes_are_the_little_endian_words() -> None:

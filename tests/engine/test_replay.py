@@ -6,8 +6,9 @@ import pytest
 
 from app.engine import Engine, GrammarKind, GrammarSpec
 from app.engine.mask import words_from_bytes
+from app.engine.replay import replay
 from app.examples import load_examples
-from app.exceptions import InvalidInput
+from app.exceptions import InvalidInput, ReplayTooLong
 
 NESTED = GrammarSpec(
     GrammarKind.JSON_SCHEMA, next(e for e in load_examples() if e.id == "nested").source()
@@ -20,16 +21,48 @@ PREFIX = '{"user": {"id": 42, "profile": {"display_name": "Ada", "settings": {"t
 
 
 def test_a_valid_instance_is_accepted_and_complete(engine: Engine) -> None:
-    result = engine.replay(NESTED, text=VALID)
+    every = range(len(engine.model.tokens.encode(VALID)))
+    result = engine.replay(NESTED, text=VALID, bitmask_for=every)
     assert result.accepted and result.complete and result.rejection is None
     assert "".join(t.text for t in result.tokens) == VALID
     assert max(t.depth for t in result.tokens) == 4
-    assert result.tokens[-1].depth == 0
+    # Each token's state is the one before it: the first at the root, the last inside what it
+    # closes.
+    assert (result.tokens[0].depth, result.tokens[0].path) == (0, "$")
+    assert result.tokens[-1].depth == result.tokens[-1].text.count("}") > 0
     assert "$.user.profile.settings.theme" in {t.path for t in result.tokens}
     for token in result.tokens:
+        assert token.bitmask is not None
         words = words_from_bytes(token.bitmask)
         assert (int(words[token.token_id >> 5]) >> (token.token_id & 31)) & 1
         assert token.allowed_count == sum(bin(int(w) & 0xFFFFFFFF).count("1") for w in words)
+
+
+def test_bitmasks_are_kept_only_for_the_indices_asked(engine: Engine) -> None:
+    result = engine.replay(NESTED, text=VALID, bitmask_for=[1, 3, 10_000])
+    assert [i for i, t in enumerate(result.tokens) if t.bitmask is not None] == [1, 3]
+    assert "bitmask" not in result.tokens[0].to_dict()
+    assert len(result.tokens[1].to_dict()["bitmask"]) == 8192  # 49152 bits, base64
+    alone = engine.replay(NESTED, text=VALID)
+    assert all(t.bitmask is None for t in alone.tokens)
+    assert [t.allowed_count for t in alone.tokens] == [t.allowed_count for t in result.tokens]
+
+
+def test_a_replay_longer_than_the_cap_is_refused_with_the_cap(engine: Engine) -> None:
+    ids = engine.model.tokens.encode(VALID)
+    cap = engine.settings.replay_token_cap
+    assert cap == engine.settings.max_tokens_cap  # the default
+    assert len(replay(engine.compile(NESTED), engine.model.tokens, token_ids=ids,
+                      max_tokens=len(ids)).tokens) == len(ids)  # fmt: skip
+    with pytest.raises(ReplayTooLong) as caught:
+        replay(engine.compile(NESTED), engine.model.tokens, text=VALID, max_tokens=len(ids) - 1)
+    assert caught.value.message == (
+        f"the text is {len(ids)} tokens; a replay walks at most {len(ids) - 1}"
+    )
+    assert caught.value.pointer == "/text"
+    with pytest.raises(ReplayTooLong) as caught:
+        engine.replay(NESTED, token_ids=[0] * (cap + 1))
+    assert caught.value.message == f"token_ids has {cap + 1} tokens; a replay walks at most {cap}"
 
 
 def test_a_valid_prefix_is_accepted_but_not_complete(engine: Engine) -> None:
@@ -91,4 +124,4 @@ def test_an_ebnf_grammar_has_no_json_path(engine: Engine) -> None:
     spec = GrammarSpec(GrammarKind.EBNF, 'root ::= "yes" | "no"')
     result = engine.replay(spec, text="yes")
     assert result.complete and all(t.path == "" for t in result.tokens)
-    assert result.tokens[0].rules == ()
+    assert result.tokens[0].rules == ("root",)  # the state the first token was checked in

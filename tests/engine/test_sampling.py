@@ -64,3 +64,14 @@ def test_a_missing_seed_is_replaced_by_a_random_one() -> None:
     seeds = {SamplingParams.create(1.0, 1.0, None).seed for _ in range(5)}
     assert len(seeds) > 1
     assert SamplingParams.create(seed=9).seed == 9
+
+
+def test_sampling_makes_its_tensors_on_the_logits_device() -> None:
+    # Regression: the top-p cut compared CUDA logits with a CPU scalar and failed on a GPU.
+    # With another default device, any tensor not made on the logits' device shows up here.
+    logits = torch.linspace(-3.0, 3.0, 64)
+    params = SamplingParams(temperature=0.8, top_p=0.9, seed=5)
+    expected = [choose_token(logits, params, i) for i in range(20)]
+    with torch.device("meta"):
+        assert [choose_token(logits, params, i) for i in range(20)] == expected
+    assert len(set(expected)) > 1

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from app.engine import (
-    ChatMessage,
     Engine,
     GrammarKind,
     GrammarSpec,
@@ -15,33 +14,10 @@ from app.engine import (
     Session,
     StepRecord,
     StopReason,
-    with_schema,
 )
 from app.engine.mask import words_from_bytes
-from app.examples import load_examples
 from app.exceptions import InvalidInput, SessionFinished, TokenRefused
-
-NESTED = next(e for e in load_examples() if e.id == "nested")
-
-
-def _nested(
-    engine: Engine, *, max_tokens: int = NESTED.max_tokens, sampling: SamplingParams | None = None
-) -> Session:
-    source = NESTED.source()
-    return engine.new_session(
-        GrammarSpec(GrammarKind.JSON_SCHEMA, source),
-        messages=[
-            ChatMessage("system", with_schema(NESTED.system, source)),
-            ChatMessage("user", NESTED.prompt),
-        ],
-        max_tokens=max_tokens,
-        sampling=sampling,
-    )
-
-
-def _bit(record: StepRecord, token_id: int) -> bool:
-    words = words_from_bytes(record.bitmask)
-    return bool((int(words[token_id >> 5]) >> (token_id & 31)) & 1)
+from tests.engine.conftest import NESTED, mask_bit, nested_session
 
 
 def _popcount(record: StepRecord) -> int:
@@ -50,7 +26,7 @@ def _popcount(record: StepRecord) -> int:
 
 @pytest.fixture(scope="module")
 def finished(engine: Engine) -> Session:
-    session = _nested(engine)
+    session = nested_session(engine)
     session.run(NESTED.max_tokens)
     return session
 
@@ -71,7 +47,7 @@ def test_every_chosen_token_is_allowed_in_its_bitmask(finished: Session) -> None
     for record in finished.steps:
         assert record.vocab_size == vocab_size == 49152
         assert len(record.bitmask) == (vocab_size + 31) // 32 * 4
-        assert _bit(record, record.token_id), record.index
+        assert mask_bit(record, record.token_id), record.index
         assert record.allowed_count == _popcount(record)
         assert record.mask_accept_agree
 
@@ -81,7 +57,7 @@ def test_the_raw_distribution_figures_agree(finished: Session) -> None:
         probs = [t.prob for t in record.top]
         assert probs == sorted(probs, reverse=True) and len(record.top) == 10
         for candidate in record.top:
-            assert candidate.allowed == _bit(record, candidate.token_id)
+            assert candidate.allowed == mask_bit(record, candidate.token_id)
         blocked_in_top = sum(t.prob for t in record.top if not t.allowed)
         assert blocked_in_top - 1e-6 <= record.blocked_mass <= 1.0 + 1e-6
         if record.token_id in [t.token_id for t in record.top]:
@@ -105,7 +81,7 @@ def test_depth_and_path_follow_the_nesting(finished: Session) -> None:
 
 
 def test_back_then_forward_reproduces_the_records(engine: Engine) -> None:
-    session = _nested(engine)
+    session = nested_session(engine)
     original = [r.without_timings() for r in session.run(20)]
     session.back(8)
     assert len(session.steps) == 12
@@ -118,19 +94,20 @@ def test_back_then_forward_reproduces_the_records(engine: Engine) -> None:
 
 
 def test_back_then_forward_reproduces_seeded_sampling(engine: Engine) -> None:
-    session = _nested(engine, sampling=SamplingParams(temperature=1.3, top_p=0.95, seed=1234))
+    sampling = SamplingParams(temperature=1.3, top_p=0.95, seed=1234)
+    session = nested_session(engine, sampling=sampling)
     original = [r.without_timings() for r in session.run(25)]
     session.back(25)
     session.run(10)
     session.back(3)
     session.run(18)
     assert [r.without_timings() for r in session.steps] == original
-    greedy = [r.without_timings() for r in _nested(engine).run(25)]
+    greedy = [r.without_timings() for r in nested_session(engine).run(25)]
     assert original != greedy, "temperature 1.3 should leave the greedy path somewhere"
 
 
 def test_a_blocked_token_cannot_be_forced(engine: Engine) -> None:
-    session = _nested(engine)
+    session = nested_session(engine)
     session.run(3)
     before = [r.without_timings() for r in session.steps]
     hello = engine.model.tokens.encode("hello")[0]
@@ -139,13 +116,13 @@ def test_a_blocked_token_cannot_be_forced(engine: Engine) -> None:
     assert f"the grammar blocks token {hello} ('hello') at step 3" in caught.value.message
     assert "tokens are allowed here, e.g." in caught.value.message
     assert [r.without_timings() for r in session.steps] == before
-    fresh = _nested(engine)
+    fresh = nested_session(engine)
     fresh.run(4)
     assert session.step().without_timings() == fresh.steps[3].without_timings()
 
 
 def test_forcing_an_allowed_token_marks_the_step(engine: Engine) -> None:
-    session = _nested(engine)
+    session = nested_session(engine)
     greedy = session.step()
     while greedy.allowed_count < 1000:  # walk to the inside of a free-text string
         greedy = session.step()
@@ -163,7 +140,7 @@ def test_forcing_an_allowed_token_marks_the_step(engine: Engine) -> None:
 
 
 def test_out_of_range_token_ids_are_refused(engine: Engine) -> None:
-    session = _nested(engine)
+    session = nested_session(engine)
     with pytest.raises(InvalidInput):
         session.force(engine.model.tokens.vocab_size)
     with pytest.raises(InvalidInput):
@@ -171,7 +148,7 @@ def test_out_of_range_token_ids_are_refused(engine: Engine) -> None:
 
 
 def test_max_tokens_stops_and_back_reopens(engine: Engine) -> None:
-    session = _nested(engine, max_tokens=3)
+    session = nested_session(engine, max_tokens=3)
     assert len(session.run(10)) == 3
     assert session.stop_reason is StopReason.MAX_TOKENS
     validation = session.validation()
@@ -200,4 +177,17 @@ def test_a_regex_grammar_on_a_raw_prompt(engine: Engine) -> None:
 
 def test_max_tokens_above_the_cap_is_refused(engine: Engine) -> None:
     with pytest.raises(InvalidInput):
-        _nested(engine, max_tokens=engine.settings.max_tokens_cap + 1)
+        nested_session(engine, max_tokens=engine.settings.max_tokens_cap + 1)
+
+
+def test_the_memory_of_the_step_records_is_counted(engine: Engine) -> None:
+    session = nested_session(engine, max_tokens=20)
+    assert session.records_bytes == 0
+    session.run(5)
+    sizes = [s.nbytes() for s in session.steps]
+    assert session.records_bytes == sum(sizes)
+    assert all(size > len(s.bitmask) >= 6144 for size, s in zip(sizes, session.steps, strict=True))
+    session.back(2)
+    assert session.records_bytes == sum(sizes[:3])
+    session.step()
+    assert session.records_bytes == sum(sizes[:3]) + session.steps[-1].nbytes()

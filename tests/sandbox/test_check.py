@@ -80,6 +80,66 @@ CORPUS = [
     ("x: int = 1\n" * 4000, "more than 3000 lines"),
     ("x = '" + "a" * 70_000 + "'", "a Pydantic source may be 65536"),
     ("from annotated_types import Predicate\nx = Predicate(len)", "calling Predicate"),
+    # Strings that pydantic or typing evaluate, wherever they hide
+    (
+        "from typing import TypeVar\nT = TypeVar('T', bound=\"__import__('os')\")",
+        "calling __import__",
+    ),
+    (
+        "from typing import TypeVar\nT = TypeVar('T', \"__import__('os')\", int)",
+        "calling __import__",
+    ),
+    (
+        "from typing_extensions import TypeVar\nT = TypeVar('T', default=\"__import__('os')\")",
+        "calling __import__",
+    ),
+    (
+        HEAD + "from pydantic import conlist\nclass A(BaseModel):\n    x: conlist(\"eval('1')\")",
+        "calling eval",
+    ),
+    (
+        HEAD + "from typing import Optional\nclass A(BaseModel):\n"
+        "    x: int = Field(default=Optional[\"eval('1')\"])",
+        "calling eval",
+    ),
+    (HEAD + "class A(BaseModel):\n    x: {'type': 'any'}", "a dict is not a type"),
+    ("X = {'type': 'function-plain'}", "a dict is not a type"),
+    # An allowed name bound to something else
+    (
+        HEAD.replace("Field", "Field as Literal") + "class A(BaseModel):\n    x: Literal['os.x']",
+        "not defined",
+    ),
+    (
+        "from typing import TypeVar as Field\nT = Field('T', bound='int')",
+        "it is not the Field imported",
+    ),
+    (
+        "from pydantic import BaseModel\nclass Field(BaseModel):\n    x: int = Field()",
+        "it is not the Field",
+    ),
+    # Modules reached through allowed ones
+    (
+        HEAD + "import uuid\nclass A(BaseModel):\n    x: int = Field(default_factory=uuid.os.fork)",
+        "uuid.os is the module 'os'",
+    ),
+    (
+        HEAD
+        + "import enum\nclass A(BaseModel):\n    x: str = Field(default_factory=enum.bltns.input)",
+        "the module 'builtins'",
+    ),
+    ("from uuid import os", "uuid.os is the module 'os', which a source may not use"),
+    ("import typing\nX = typing", "the module 'typing' may only be used as typing.Name"),
+    (
+        HEAD + "import typing\nclass A(BaseModel):\n    m = typing",
+        "may only be used as typing.Name",
+    ),
+    ("from pydantic._internal._validators import import_string", "underscore ('_internal')"),
+    ("import uuid\nclass uuid:\n    pass", "the name 'uuid' is both imported and defined"),
+    ("from pydantic import NoSuchThing", "pydantic.NoSuchThing does not exist"),
+    (
+        "from pydantic.mypy import plugin",
+        "the module 'pydantic.mypy' is not available in the sandbox",
+    ),
 ]
 
 
@@ -131,3 +191,24 @@ def test_what_schema_guided_reasoning_uses_passes() -> None:
         "    either: Union[int, str] = Field(0, description='x', json_schema_extra={'k': [1]})\n"
         "    sev: Severity\n"
     )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        HEAD + "from typing import TypeVar, Generic\nclass A(BaseModel):\n    x: int = 0\n"
+        "T = TypeVar('T', bound='A')\nclass Box(BaseModel, Generic[T]):\n    v: T\n"
+        "class B(BaseModel):\n    b: Box[A]\n    c: 'Box[A] | None' = None",
+        HEAD + "from pydantic import AnyUrl, IPvAnyAddress, SecretStr, Json, conlist\n"
+        "class A(BaseModel):\n    u: AnyUrl\n    i: IPvAnyAddress\n    s: SecretStr\n"
+        "    j: Json[list[int]]\n    n: conlist('int', min_length=1)",
+        "import typing, datetime, pydantic.networks\nfrom pydantic import BaseModel, Field\n"
+        "class A(BaseModel):\n    k: typing.Literal['a b', 'import os']\n"
+        "    d: typing.Annotated[int, 'not a type', Field(ge=0)]\n"
+        "    u: pydantic.networks.AnyUrl\n"
+        "    t: datetime.datetime = Field(default_factory=datetime.datetime.now)",
+    ],
+    ids=["generic", "lazy-exports", "module-attributes"],
+)
+def test_what_a_schema_needs_still_passes(source: str) -> None:
+    check_source(source)

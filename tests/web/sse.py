@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 
 def parse_events(body: str) -> list[dict[str, str]]:
     """Events as dicts with ``event``, ``id`` and ``data`` (multi-line data joined by newlines)."""
@@ -18,3 +20,14 @@ def parse_events(body: str) -> list[dict[str, str]]:
             event.setdefault("event", "message")
             events.append(event)
     return events
+
+
+def iter_events(lines: Iterable[str]) -> Iterator[dict[str, str]]:
+    """Events as they arrive, from the lines of a streamed body."""
+    block: list[str] = []
+    for line in lines:
+        if line:
+            block.append(line)
+        elif block:
+            yield from parse_events("\n".join(block))
+            block = []

@@ -16,7 +16,8 @@ from tests.web.sse import parse_events
 STEP_KEYS = {
     "index", "token_id", "token_text", "token_bytes", "forced", "prob", "rank", "top",
     "blocked_mass", "allowed_count", "vocab_size", "bitmask", "depth", "path", "rules",
-    "jump_forward", "mask_accept_agree", "forward_ms", "mask_us", "total_ms", "terminated",
+    "jump_forward", "probe", "mask_accept_agree", "engine", "forward_ms", "mask_us", "total_ms",
+    "terminated",
 }  # fmt: skip
 
 
@@ -41,13 +42,16 @@ def test_health(client: TestClient) -> None:
     ready = client.get("/readyz")
     assert ready.status_code == 200
     assert ready.json()["model"]["xgrammar"] == "0.2.9"
+    assert ready.json()["sandbox"] == "full"  # this machine's kernel has Landlock and seccomp
 
 
 def test_readyz_is_503_until_the_model_loads() -> None:
     app = create_app(Settings(model="/nonexistent/model"))
     with TestClient(app) as client:
-        error = _error(client.get("/readyz"), 503, "not_ready")
+        ready = client.get("/readyz")
+        error = _error(ready, 503, "not_ready")
         assert "nonexistent" in error["message"] or "loading" in error["message"]
+        assert ready.json()["sandbox"] == "full"
         assert client.get("/healthz").status_code == 200
         compile_error = client.post("/api/compile", json={"kind": "regex", "source": "a"})
         assert compile_error.status_code == 503
@@ -231,11 +235,14 @@ def test_pause_answers_with_the_state(client: TestClient) -> None:
 
 def test_replay(client: TestClient) -> None:
     grammar = {"kind": "json_schema", "source": NESTED_SOURCE}
-    bad = client.post("/api/replay", json={"grammar": grammar, "text": '{"user": 5}'}).json()
+    body = {"grammar": grammar, "text": '{"user": 5}', "bitmask_for": [1]}
+    bad = client.post("/api/replay", json=body).json()
     assert bad["accepted"] is False and bad["rejection"]["offset"] == 9
     assert set(bad["tokens"][0]) == {
-        "token_id", "text", "accepted", "allowed_count", "depth", "path", "rules", "bitmask",
+        "token_id", "text", "accepted", "allowed_count", "depth", "path", "rules",
     }  # fmt: skip
+    assert set(bad["tokens"][1]) == set(bad["tokens"][0]) | {"bitmask"}
+    _error(client.post("/api/replay", json={**body, "bitmask_for": list(range(65))}), 422)
     ids = client.post("/api/replay", json={"grammar": grammar, "token_ids": [90, 2]}).json()
     assert ids["accepted"] is False
     _error(client.post("/api/replay", json={"grammar": grammar}), 422)
@@ -269,3 +276,18 @@ def test_caps_are_declared_in_openapi(client: TestClient) -> None:
     assert schemas["CountIn"]["properties"]["n"]["maximum"] == 512
     assert schemas["SessionIn"]["properties"]["max_tokens"]["maximum"] == 4096
     assert schemas["MessageIn"]["properties"]["content"]["maxLength"] == 32768
+
+
+def test_the_step_response_carries_the_state_after_the_last_token(client: TestClient) -> None:
+    sid = _session(client)
+    opened = client.get(f"/api/sessions/{sid}").json()
+    assert opened["state"]["depth"] == 0 and opened["state"]["path"] == "$"
+    stepped = client.post(f"/api/sessions/{sid}/step", json={"n": 12}).json()
+    after = stepped["state"]
+    following = client.post(f"/api/sessions/{sid}/step", json={"n": 1}).json()["steps"][0]
+    assert after == {k: following[k] for k in ("depth", "path", "rules")}
+    assert stepped["steps"][0]["depth"] == 0 and stepped["steps"][0]["path"] == "$"
+    backed = client.post(f"/api/sessions/{sid}/back", json={"n": 8}).json()
+    fifth = stepped["steps"][5]
+    assert backed["state"] == {k: fifth[k] for k in ("depth", "path", "rules")}
+    assert all(s["probe"]["disagree"] == [] and s["engine"] == "xgrammar" for s in stepped["steps"])

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 from fastapi.testclient import TestClient
 
 from app.engine import Engine
@@ -61,7 +62,7 @@ def test_a_full_session_cap_answers_429(engine: Engine) -> None:
         response = client.post("/api/sessions", json=session_body())
         assert response.status_code == 429
         assert response.json()["error"]["message"] == (
-            "all 2 sessions are running; try again in a moment"
+            "all 2 sessions are busy; try again in a moment"
         )
 
 
@@ -129,3 +130,111 @@ def test_the_model_lock_serves_in_arrival_order() -> None:
     for thread in threads:
         thread.join(timeout=5)
     assert order == [0, 1, 2, 3, 4]
+
+
+def test_the_largest_replay_answers_in_bounded_size_and_one_token_more_is_413(
+    client: TestClient, engine: Engine
+) -> None:
+    cap = client.app.state.maskscope.settings.max_tokens_cap  # type: ignore[attr-defined]
+    assert cap == 4096  # the default of MASKSCOPE_REPLAY_MAX_TOKENS too
+    text = "a" + " hello" * (cap - 1)
+    assert len(engine.model.tokens.encode(text)) == cap
+    grammar = {"kind": "regex", "source": "[a-z ]+"}
+    wanted = list(range(0, cap, cap // 64))
+    answer = client.post("/api/replay", json={"grammar": grammar, "text": text,
+                                              "bitmask_for": wanted})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    replayed = answer.json()
+    assert replayed["accepted"] and replayed["complete"] and len(replayed["tokens"]) == cap
+    assert [i for i, t in enumerate(replayed["tokens"]) if "bitmask" in t] == wanted
+    size = len(answer.content)
+    print(f"the largest replay ({cap} tokens, {len(wanted)} bitmasks) answers {size} bytes")
+    assert size < 64 * 8192 + cap * 160  # the bitmasks asked for, and a short line per token
+    over = client.post("/api/replay", json={"grammar": grammar, "text": text + " hello"})
+    assert over.status_code == 413
+    assert over.json()["error"] == {
+        "message": f"the text is {cap + 1} tokens; a replay walks at most {cap}",
+        "code": "too_large",
+        "pointer": "/text",
+    }
+
+
+def test_a_session_in_a_long_step_is_not_evicted_by_new_sessions(engine: Engine) -> None:
+    with TestClient(create_app(Settings(max_sessions=2), engine=engine)) as client:
+        busy = client.post("/api/sessions", json=session_body()).json()["id"]
+        handle = client.app.state.maskscope.sessions.get(busy)  # type: ignore[attr-defined]
+        answers: list[Any] = []
+        step = threading.Thread(
+            target=lambda: answers.append(client.post(f"/api/sessions/{busy}/step", json={"n": 3}))
+        )
+        with engine.model.lock:  # the step waits for the model: a long step
+            step.start()
+            deadline = time.monotonic() + 60
+            while not handle.lock.locked():
+                assert time.monotonic() < deadline, "the step did not start"
+                time.sleep(0.05)
+            newer = [client.post("/api/sessions", json=session_body()) for _ in range(2)]
+        step.join(timeout=120)
+        assert [r.status_code for r in newer] == [200, 200]
+        assert answers[0].status_code == 200 and len(answers[0].json()["steps"]) == 3
+        assert client.get(f"/api/sessions/{busy}").status_code == 200
+        evicted = client.get(f"/api/sessions/{newer[0].json()['id']}")
+        assert evicted.status_code == 410 and "evicted" in evicted.json()["error"]["message"]
+
+
+def test_the_messages_setting_is_read_and_enforced(engine: Engine) -> None:
+    with TestClient(create_app(Settings(messages_max_bytes=600), engine=engine)) as client:
+        assert client.post("/api/sessions", json=session_body()).status_code == 200
+        long = session_body(messages=[{"role": "user", "content": "é" * 400}])
+        refused = client.post("/api/sessions", json=long)
+        assert refused.status_code == 422
+        assert refused.json()["error"] == {
+            "message": "the prompt is 800 bytes in total; the limit is 600",
+            "code": "invalid_input",
+            "pointer": "/messages",
+        }
+        raw = client.post("/api/sessions", json=session_body(messages=[], raw_prompt="x" * 601))
+        assert raw.status_code == 422 and raw.json()["error"]["pointer"] == "/raw_prompt"
+        shared = client.post("/api/permalinks", json={**long, "actions": []})
+        assert shared.status_code == 422 and "the limit is 600" in shared.text
+
+
+def test_routes_that_need_the_model_answer_503_at_once_while_it_loads(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded = threading.Event()
+
+    def load(cls: type[Engine], settings: Settings) -> Engine:
+        loaded.wait(120)  # a model that takes its time
+        return engine
+
+    monkeypatch.setattr(Engine, "load", classmethod(load))
+    app = create_app(Settings())
+    app.state.maskscope.owns_engine = False  # it will be the session's engine: not the app's
+    with TestClient(app) as client:
+        try:
+            answers: list[Any] = []
+            request = threading.Thread(
+                target=lambda: answers.append(
+                    client.post("/api/compile", json={"kind": "regex", "source": "[0-9]+"})
+                )
+            )
+            request.start()
+            request.join(timeout=30)
+            assert answers, "the request waited for the model instead of answering"
+            assert answers[0].status_code == 503
+            assert answers[0].json()["error"] == {
+                "message": "the model is loading; try again when /readyz says ready",
+                "code": "not_ready",
+            }
+            assert client.post("/api/sessions", json=session_body()).status_code == 503
+            assert client.get("/readyz").status_code == 503
+            assert client.get("/").status_code == 200  # the page itself needs no model
+        finally:
+            loaded.set()  # before the app stops: it waits for the load
+        deadline = time.monotonic() + 60
+        while client.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        ready = client.post("/api/compile", json={"kind": "regex", "source": "[0-9]+"})
+        assert ready.status_code == 200

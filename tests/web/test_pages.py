@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
+from app.engine.masking import XGrammarMasking
 from tests.web.conftest import NESTED_SOURCE
 
 HX = {"HX-Request": "true"}
@@ -35,7 +37,8 @@ def test_the_page_loads_everything_locally(client: TestClient) -> None:
     assert "<title>Playground · Maskscope</title>" in html
     scripts = re.findall(r'<script src="([^"]+)"', html)
     assert scripts == ["/static/vendor/htmx.min.js", "/static/vendor/htmx-ext-sse.min.js",
-                       "/static/vendor/codemirror.min.js", "/static/app.js"]  # fmt: skip
+                       "/static/vendor/codemirror.min.js", "/static/app.js",
+                       "/static/export.js"]  # fmt: skip
     for url in re.findall(r'(?:src|href)="([^"]+)"', html):
         assert url.startswith(("/", "data:", "#")), url  # nothing from a CDN
     for path in scripts + ["/static/app.css"]:
@@ -101,6 +104,11 @@ def test_replay_fragment(client: TestClient) -> None:
     assert "Refused at offset <b>16</b>" in html
     inspector = client.post("/ui/replay/0", data={**_form(), "text": text}, headers=HX).text
     assert "Replayed token <b>#0</b>" in inspector and "accepted" in inspector
+    refused = client.post("/ui/replay/7", data={**_form(), "text": text}, headers=HX).text
+    assert "Replayed token <b>#7</b>" in refused and ">refused</span>" in refused
+    assert re.search(r'data-bitmask="[A-Za-z0-9+/=]{8000,}"', refused), "fetched on demand"
+    past = client.post("/ui/replay/8", data={**_form(), "text": text}, headers=HX)
+    assert past.status_code == 422 and "token 8 does not exist (the replay has 8)" in past.text
 
 
 def test_untrusted_text_is_escaped(client: TestClient) -> None:
@@ -116,3 +124,29 @@ def test_untrusted_text_is_escaped(client: TestClient) -> None:
 def test_not_found_page(client: TestClient) -> None:
     response = client.get("/nothing-here")
     assert response.status_code == 404
+
+
+def test_the_inspector_flags_a_mask_accept_disagreement(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    brace = 107  # "{": the nested schema's first token, allowed by the mask at step 0
+    real = XGrammarMasking.probe_token
+
+    def lying(self: XGrammarMasking, token_id: int) -> bool:
+        return (not real(self, token_id)) if token_id == brace else real(self, token_id)
+
+    monkeypatch.setattr(XGrammarMasking, "probe_token", lying)
+    sid = _session(client)
+    first = client.post(f"/ui/sessions/{sid}/step", headers=HX).text
+    assert re.search(r'<span class="chip disagree"\s+id="tok-0"', first)
+    assert 'data-agree="false"' in first
+    assert '<div class="disagree-flag" role="alert">' in first
+    assert "disagreed on 1 of the" in first
+    assert (
+        f'<code class="probe-token" data-token-id="{brace}">id {brace}</code>: the mask allows it, '
+        "<code>accept_token</code> refuses it"
+    ) in first
+    assert "1 DISAGREE" in first and ">depth before</dt><dd>0</dd>" in first
+    second = client.post(f"/ui/sessions/{sid}/step", headers=HX).text
+    assert 'data-agree="true"' in second and "disagree-flag" not in second
+    assert "all agree" in second

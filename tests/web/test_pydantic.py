@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from app.engine import Engine
 from app.examples import EXAMPLES_DIR, load_examples
+from app.main import create_app
+from app.sandbox.contain import Level
+from app.settings import Settings
 from tests.sandbox.test_check import CORPUS
 from tests.web.sse import parse_events
 
@@ -82,3 +86,57 @@ def test_each_pydantic_example_generates_output_the_model_validates(
     final = json.loads(next(e["data"] for e in events if e["event"] == "done"))
     assert final["stop_reason"] == "terminated", final["text"]
     assert final["validation"] == {"valid": True, "errors": []}
+
+
+TYPEVAR_TRAPS = {
+    "bound": "T = TypeVar('T', bound=\"__import__('os').system('touch {mark}')\")",
+    "constraints": "T = TypeVar('T', int, \"__import__('os').system('touch {mark}')\")",
+    "default": "T = TypeVar('T', default=\"__import__('os').system('touch {mark}')\")",
+}
+
+
+@pytest.mark.parametrize("where", TYPEVAR_TRAPS)
+def test_a_string_in_a_typevar_is_held_to_the_annotation_rules(
+    client: TestClient, tmp_path: Path, where: str
+) -> None:
+    mark = tmp_path / "ran"
+    source = (
+        "from typing import Generic\nfrom typing_extensions import TypeVar\n"
+        "from pydantic import BaseModel\n"
+        + TYPEVAR_TRAPS[where].format(mark=mark)
+        + "\nclass Box(BaseModel, Generic[T]):\n    value: T\n"
+        "class Holder(BaseModel):\n    box: Box\n"
+    )
+    response = client.post("/api/compile", json={"kind": "pydantic", "source": source})
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "source_refused"
+    assert error["line"] == 4 and error["column"] > 1
+    assert "calling system is not allowed" in error["message"]
+    assert not mark.exists()
+
+
+def test_below_the_allowed_containment_pydantic_is_refused_with_the_reason(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.sandbox.sandbox as sandbox_module
+
+    # A kernel without Landlock, as the probe would find it (the one call patched).
+    monkeypatch.setattr(
+        sandbox_module, "probe", lambda limits: (Level.SECCOMP, "landlock: not supported")
+    )
+    source = (EXAMPLES_DIR / "candidate.py").read_text()
+    body = {"kind": "pydantic", "source": source}
+    with TestClient(create_app(Settings(), engine=engine)) as strict:
+        assert strict.get("/readyz").json()["sandbox"] == "seccomp"
+        response = strict.post("/api/compile", json=body)
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["code"] == "sandbox_unconfined"
+        assert "MASKSCOPE_SANDBOX_ALLOW_WEAK_CONTAINMENT=seccomp" in error["message"]
+        assert "landlock: not supported" in error["message"]
+        schema = {"kind": "json_schema", "source": '{"type": "integer"}'}
+        assert strict.post("/api/compile", json=schema).status_code == 200
+    weak = Settings(sandbox_allow_weak_containment="seccomp")
+    with TestClient(create_app(weak, engine=engine)) as lenient:
+        assert lenient.post("/api/compile", json=body).status_code == 200

@@ -1,0 +1,292 @@
+"""The Doctor: is a schema enforced as written, and what will each serving stack do with it?
+
+One examination compiles the request (through the engine's cache), then, at the same time: the
+keyword probe runs in a compile worker, the other whitespace setting compiles in another, the
+llguidance checks run, and this thread searches for witnesses. The rows of the stacks whose
+rules are reproduced come last, from the schema alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import weakref
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
+from dataclasses import dataclass
+
+from app.doctor import enforcement
+from app.doctor.backends import openai_strict, sglang, vllm, xgrammar
+from app.doctor.backends.llguidance import Llguidance
+from app.doctor.keywords import constraint_keywords
+from app.doctor.records import (
+    BackendRow,
+    Costs,
+    Direction,
+    DoctorReport,
+    Enforcement,
+    KeywordFinding,
+    Status,
+)
+from app.doctor.source_lines import json_lines, pydantic_lines
+from app.doctor.vocab import Vocab
+from app.doctor.witnesses import Found, ValidateMany, search
+from app.engine.engine import Engine
+from app.engine.grammar import CompileResult, GrammarSpec
+from app.engine.keyword_probe import ProbeResult
+from app.exceptions import GrammarError, GrammarTooComplex
+
+__all__ = [
+    "DEFAULT_BUDGET_MS",
+    "MAX_BUDGET_MS",
+    "RUNNING_AT_ONCE",
+    "Doctor",
+    "OtherCompile",
+    "PydanticSource",
+]
+
+DEFAULT_BUDGET_MS = 2000
+MAX_BUDGET_MS = 20_000
+RUNNING_AT_ONCE = 2
+_DOCTORS: weakref.WeakKeyDictionary[Engine, Doctor] = weakref.WeakKeyDictionary()
+_DOCTORS_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class PydanticSource:
+    """A Pydantic source, for lines in the editor and validation by the model itself.
+
+    Attributes:
+        source: the Python source.
+        root: the name of the model whose schema was compiled.
+        validate_many: validates a batch of texts with that model, in one sandbox process.
+    """
+
+    source: str
+    root: str
+    validate_many: ValidateMany
+
+
+class Doctor:
+    """Examines grammar requests for one engine (its compiler, tokenizer and model).
+
+    Args:
+        engine: the loaded engine.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self.tokens = engine.model.tokens
+        self._vocab: Vocab | None = None
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(RUNNING_AT_ONCE)
+        self.llguidance = Llguidance(self.tokens)
+
+    @classmethod
+    def of(cls, engine: Engine) -> Doctor:
+        """The engine's doctor (one per engine: it keeps the sorted vocabulary and the
+        llguidance tokenizer)."""
+        with _DOCTORS_LOCK:
+            doctor = _DOCTORS.get(engine)
+            if doctor is None:
+                doctor = _DOCTORS[engine] = cls(engine)
+            return doctor
+
+    def vocab(self) -> Vocab:
+        """The tokenizer's vocabulary sorted by kind (built on first use)."""
+        with self._lock:
+            if self._vocab is None:
+                self._vocab = Vocab.of(self.tokens)
+            return self._vocab
+
+    def examine(
+        self,
+        spec: GrammarSpec,
+        *,
+        seed: int = 0,
+        budget_ms: int = DEFAULT_BUDGET_MS,
+        pydantic: PydanticSource | None = None,
+        max_tokens: int | None = None,
+    ) -> DoctorReport:
+        """Examine one grammar request.
+
+        Args:
+            spec: what to compile (a Pydantic source arrives as its derived JSON Schema).
+            seed: the witness search's seed; the same seed gives the same witnesses.
+            budget_ms: the time the keyword comparison and the witness search may each take.
+            pydantic: the Pydantic source the schema came from, if any.
+            max_tokens: a generation limit to compare with the shortest document.
+
+        Raises:
+            GrammarError: the request does not compile.
+        """
+        with self._slots:
+            grammar = self._engine.compile(spec)
+            if not spec.is_json:
+                return self._grammar_only(
+                    grammar, seed=seed, budget_ms=budget_ms, max_tokens=max_tokens
+                )
+            return _Examination(self, grammar, pydantic).run(seed, budget_ms, max_tokens)
+
+    def _grammar_only(
+        self, grammar: CompileResult, *, seed: int, budget_ms: int, max_tokens: int | None
+    ) -> DoctorReport:
+        found = search(
+            grammar, self.tokens, self.vocab(), schema=None, seed=seed, budget_ms=budget_ms
+        )
+        row = self.llguidance.assess_grammar(grammar.spec.kind, grammar.spec.source)
+        costs = _costs(grammar, None, found, max_tokens)
+        return DoctorReport((), (), None, None, (row,), costs)
+
+    def compile_other_whitespace(self, spec: GrammarSpec) -> OtherCompile:
+        """The same request with ``any_whitespace`` flipped."""
+        options = dataclasses.replace(spec.options, any_whitespace=not spec.options.any_whitespace)
+        try:
+            return OtherCompile(self._engine.compile(dataclasses.replace(spec, options=options)))
+        except GrammarTooComplex:
+            return OtherCompile(None)
+        except GrammarError:
+            return OtherCompile(None, refused=True)
+
+    def probe(self, spec: GrammarSpec, pointers: list[str], budget_ms: int) -> ProbeResult | None:
+        """The keyword probe in a compile worker; None when a conversion ran past the limit."""
+        try:
+            return self._engine.compiler.probe_keywords(spec, pointers, budget_s=budget_ms / 1000)
+        except GrammarError:
+            return None
+
+
+@dataclass(frozen=True)
+class OtherCompile:
+    """The request compiled with the other ``any_whitespace`` setting.
+
+    Attributes:
+        result: the compile; None when it failed or did not finish in time.
+        refused: xgrammar refused the schema with those options (not a time limit).
+    """
+
+    result: CompileResult | None
+    refused: bool = False
+
+
+class _Examination:
+    """One JSON Schema examined: the concurrent parts, then the report."""
+
+    def __init__(self, doctor: Doctor, grammar: CompileResult, pydantic: PydanticSource | None):
+        self.doctor = doctor
+        self.grammar = grammar
+        self.spec = grammar.spec
+        self.schema = json.loads(self.spec.source)
+        self.pydantic = pydantic
+
+    def run(self, seed: int, budget_ms: int, max_tokens: int | None) -> DoctorReport:
+        keywords = constraint_keywords(self.schema)
+        llguidance = self.doctor.llguidance
+        # Not a `with` block: leaving it would wait for a slow any_whitespace compile (ten times
+        # slower, tens of seconds on big schemas), which may finish (and fill the cache) later.
+        pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="doctor")
+        try:
+            probing = pool.submit(
+                self.doctor.probe, self.spec, [k.pointer for k in keywords], budget_ms
+            )
+            spacing = pool.submit(self.doctor.compile_other_whitespace, self.spec)
+            llg_row = pool.submit(llguidance.assess_schema, self.schema, self.spec.options)
+            guidance = pool.submit(llguidance.schema_error, self.schema)
+            validate = self.pydantic.validate_many if self.pydantic else None
+            found = search(
+                self.grammar,
+                self.doctor.tokens,
+                self.doctor.vocab(),
+                schema=self.schema,
+                seed=seed,
+                budget_ms=budget_ms,
+                validate_many=validate,
+            )
+            probe = probing.result()
+            other = _within(spacing, budget_ms / 1000)
+            llg, vllm_guidance = llg_row.result(), guidance.result()  # llguidance: fast
+        finally:
+            pool.shutdown(wait=False)
+        line_of = self._line_of()
+        unchecked = found.search.unchecked_formats if found.search else ()
+        findings = enforcement.findings(
+            keywords,
+            probe,
+            found.witnesses,
+            line_of=line_of,
+            strict_mode=self.spec.options.strict_mode,
+            unchecked_formats=unchecked,
+        )
+        backends = self._backends(findings, found, other, llg, vllm_guidance)
+        costs = _costs(self.grammar, other.result, found, max_tokens)
+        checked = (
+            Enforcement(len(probe.probes), len(keywords), probe.ms, probe.cut_short)
+            if probe
+            else Enforcement(0, len(keywords), 0.0, bool(keywords))
+        )
+        return DoctorReport(findings, found.witnesses, found.search, checked, backends, costs)
+
+    def _line_of(self) -> Callable[[str], int | None]:
+        if self.pydantic is not None:
+            return pydantic_lines(self.pydantic.source, self.pydantic.root)
+        return json_lines(self.spec.source)
+
+    def _backends(
+        self,
+        findings: tuple[KeywordFinding, ...],
+        found: Found,
+        other: OtherCompile,
+        llg_row: BackendRow,
+        guidance: str,
+    ) -> tuple[BackendRow, ...]:
+        weaker = sum(w.direction is Direction.GRAMMAR_ACCEPTS for w in found.witnesses)
+        stricter = len(found.witnesses) - weaker
+        row = xgrammar.assess(
+            findings,
+            self.grammar.warnings,
+            strict_example=found.strict_example,
+            weaker=weaker,
+            stricter=stricter,
+        )
+        ignores = weaker > 0 or any(f.status in (Status.IGNORED, Status.WEAKENED) for f in findings)
+        # vLLM converts with any_whitespace; this request's own options compiled already.
+        converts = self.spec.options.any_whitespace or not other.refused
+        return (
+            row,
+            vllm.assess(
+                self.schema,
+                converts=converts,
+                guidance_error=lambda _: guidance,
+                xgrammar_ignores=ignores,
+            ),
+            sglang.assess(self.schema, xgrammar_ignores=ignores),
+            llg_row,
+            openai_strict.assess(self.schema),
+        )
+
+
+def _within(future: Future[OtherCompile], seconds: float) -> OtherCompile:
+    try:
+        return future.result(timeout=seconds)
+    except FuturesTimeout:
+        return OtherCompile(None)
+
+
+def _costs(
+    grammar: CompileResult, other: CompileResult | None, found: Found, max_tokens: int | None
+) -> Costs:
+    """Compile time without and with any whitespace, size, shortest document, whitespace runs."""
+    spaced, compact = (grammar, other) if grammar.spec.options.any_whitespace else (other, grammar)
+    shortest = found.shortest
+    below = None if shortest is None or max_tokens is None else max_tokens < shortest.tokens
+    return Costs(
+        compile_ms=(compact or grammar).compile_ms,
+        compile_ms_any_whitespace=spaced.compile_ms if spaced and grammar.spec.is_json else None,
+        size_bytes=grammar.size_bytes,
+        shortest_document_tokens=shortest.tokens if shortest else None,
+        shortest_document=shortest.text if shortest else None,
+        unbounded_whitespace=found.unbounded_whitespace,
+        max_tokens_below_shortest=below,
+    )

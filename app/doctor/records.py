@@ -1,0 +1,216 @@
+"""What the Doctor reports, as plain records; ``to_dict`` gives the API's JSON (``shared/API.md``,
+"Doctor")."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from app.doctor.judge import WitnessError
+
+__all__ = [
+    "BackendRow",
+    "Costs",
+    "DoctorReport",
+    "Enforcement",
+    "KeywordFinding",
+    "Message",
+    "Refusal",
+    "Search",
+    "Status",
+    "Verdict",
+    "Witness",
+]
+
+
+class Status(StrEnum):
+    """How xgrammar treats one keyword; the first that applies wins, in this order."""
+
+    IGNORED = "ignored"  # the grammar is the same text without it
+    WEAKENED = "weakened"  # a document the grammar accepts breaks it (a witness)
+    WARNED = "warned"  # xgrammar printed a warning about it
+    ENFORCED = "enforced"  # none of the above
+    UNCHECKED = "unchecked"  # the time bound was reached before it was compared
+
+
+class Verdict(StrEnum):
+    """What a serving stack does with the schema."""
+
+    OK = "ok"
+    IGNORES = "ignores"
+    FALLS_BACK = "falls_back"
+    REFUSES = "refuses"
+
+
+@dataclass(frozen=True)
+class KeywordFinding:
+    """One constraint keyword and how it is enforced."""
+
+    pointer: str
+    keyword: str
+    line: int | None
+    status: Status
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return dataclasses.asdict(self) | {"status": self.status.value}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Where the grammar refuses a document: the first refused character (in code points from
+    the start; the length of the text when it refuses to end there) and what it accepts there."""
+
+    offset: int
+    expected: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"offset": self.offset, "expected": list(self.expected)}
+
+
+class Direction(StrEnum):
+    """Which side a witness proves wrong."""
+
+    GRAMMAR_ACCEPTS = "grammar_accepts_schema_rejects"
+    SCHEMA_ACCEPTS = "schema_accepts_grammar_refuses"
+
+
+@dataclass(frozen=True)
+class Witness:
+    """A document on which the grammar and the schema disagree."""
+
+    direction: Direction
+    text: str
+    errors: tuple[WitnessError, ...] = ()
+    refusal: Refusal | None = None
+
+    @property
+    def pointers(self) -> tuple[str, ...]:
+        """The schema keywords the errors point at (the keywords the grammar weakens)."""
+        return tuple(dict.fromkeys(e.pointer for e in self.errors if e.pointer))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "direction": self.direction.value,
+            "text": self.text,
+            "errors": [e.to_dict() for e in self.errors],
+            "refusal": self.refusal.to_dict() if self.refusal else None,
+            "pointers": list(self.pointers),
+        }
+
+
+@dataclass(frozen=True)
+class Search:
+    """How the witness search went."""
+
+    seed: int
+    grammar_documents: int
+    schema_documents: int
+    ms: float
+    cut_short: bool
+    unchecked_formats: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, with ``documents`` the total of both directions."""
+        out = dataclasses.asdict(self)
+        out["documents"] = self.grammar_documents + self.schema_documents
+        out["unchecked_formats"] = list(self.unchecked_formats)
+        return out
+
+
+@dataclass(frozen=True)
+class Enforcement:
+    """How the keyword comparison went: keywords compared of all, time, cut short or not."""
+
+    checked: int
+    total: int
+    ms: float
+    cut_short: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Message:
+    """A line of a backend row, with the JSON pointer it is about when there is one."""
+
+    message: str
+    pointer: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class BackendRow:
+    """One serving stack: its verdict, why, and the version of the rules it reproduces."""
+
+    backend: str
+    rules_version: str
+    verdict: Verdict
+    messages: tuple[Message, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "backend": self.backend,
+            "rules_version": self.rules_version,
+            "verdict": self.verdict.value,
+            "messages": [m.to_dict() for m in self.messages],
+        }
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What the grammar costs. ``shortest_document_tokens`` is an upper bound: the fewest tokens
+    of the complete documents the search wrote, not a proven minimum."""
+
+    compile_ms: float
+    compile_ms_any_whitespace: float | None
+    size_bytes: int
+    shortest_document_tokens: int | None
+    shortest_document: str | None
+    unbounded_whitespace: bool
+    max_tokens_below_shortest: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """Everything the Doctor found about one grammar request."""
+
+    keywords: tuple[KeywordFinding, ...]
+    witnesses: tuple[Witness, ...]
+    search: Search | None
+    enforcement: Enforcement | None
+    backends: tuple[BackendRow, ...]
+    costs: Costs
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``POST /api/doctor`` answer."""
+        return {
+            "keywords": [k.to_dict() for k in self.keywords],
+            "witnesses": [w.to_dict() for w in self.witnesses],
+            "search": self.search.to_dict() if self.search else None,
+            "enforcement": self.enforcement.to_dict() if self.enforcement else None,
+            "backends": [b.to_dict() for b in self.backends],
+            "costs": self.costs.to_dict(),
+        }
+
+    def counts(self) -> dict[str, int]:
+        """Keywords by status."""
+        out = {status.value: 0 for status in Status}
+        for finding in self.keywords:
+            out[finding.status.value] += 1
+        return out

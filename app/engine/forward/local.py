@@ -1,0 +1,104 @@
+"""The local torch model as a forward engine: one KV cache per session."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+import xgrammar as xgr
+from transformers import DynamicCache
+
+from app.engine.forward.base import RawDistribution
+from app.engine.model import LoadedModel
+from app.engine.sampling import SamplingParams, choose_token
+
+__all__ = ["LocalForward"]
+
+
+class LocalForward:
+    """The prompt and the chosen tokens, fed to a local model through a KV cache.
+
+    The cache holds every token of the prefix but the last, which the next forward pass
+    consumes (the whole prompt, for the first step). Truncating therefore crops the cache and
+    re-runs the very forward pass that produced the step, so the logits repeat exactly.
+
+    Args:
+        model: the loaded model (shared; forward passes are serialised by its lock).
+        prompt_ids: the rendered prompt's token ids.
+    """
+
+    def __init__(self, model: LoadedModel, prompt_ids: Sequence[int]) -> None:
+        self._model = model
+        self._prompt = tuple(prompt_ids)
+        self._generated: list[int] = []
+        self._cache = self._new_cache()
+        self._pending: tuple[int, ...] = self._prompt
+
+    def _new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self._model.model.config)
+
+    def distribution(self) -> RawDistribution:
+        """See :meth:`ForwardEngine.distribution`."""
+        start = time.perf_counter()
+        ids = torch.tensor([self._pending], device=self._model.device)
+        with self._model.lock, torch.inference_mode():
+            out = self._model.model(
+                input_ids=ids, cache=self._cache, use_cache=True, logits_to_keep=1
+            )
+        self._pending = ()
+        logits: torch.Tensor = out.logits[0, -1].float()
+        return RawDistribution(forward_ms=(time.perf_counter() - start) * 1000, logits=logits)
+
+    def choose(
+        self, raw: RawDistribution, bitmask: torch.Tensor, sampling: SamplingParams, *, index: int
+    ) -> int:
+        """See :meth:`ForwardEngine.choose`: xgrammar's kernel masks the logits on their device."""
+        assert raw.logits is not None, "a local model gives the whole distribution"
+        masked = raw.logits.unsqueeze(0).clone()
+        xgr.apply_token_bitmask_inplace(masked, bitmask.to(masked.device, non_blocking=True))
+        return choose_token(masked[0], sampling, index)
+
+    def extend(self, token_id: int) -> None:
+        """See :meth:`ForwardEngine.extend`."""
+        self._generated.append(token_id)
+        self._pending = (token_id,)
+
+    def truncate(self, generated: int) -> None:
+        """See :meth:`ForwardEngine.truncate`.
+
+        Safe after a forward pass that failed halfway, whose layers may hold different lengths:
+        each layer is cropped to the same absolute length, or the cache is rebuilt.
+        """
+        del self._generated[generated:]
+        if not self._generated:
+            self._cache, self._pending = self._new_cache(), self._prompt
+            return
+        keep = len(self._prompt) + len(self._generated) - 1
+        if self._crop(keep):
+            self._pending = (self._generated[-1],)
+        else:
+            # Caches that cannot crop (sliding windows past their size): rebuild from scratch.
+            self._cache = self._new_cache()
+            self._pending = self._prompt + tuple(self._generated)
+
+    def _crop(self, length: int) -> bool:
+        try:
+            for layer in self._cache.layers:
+                held = layer.get_seq_length()
+                if held < length:
+                    return False
+                layer.crop(length - held)
+        except (AttributeError, RuntimeError, ValueError):
+            return False
+        return bool(self._cache.get_seq_length() == length)
+
+    @property
+    def memory_bytes(self) -> int:
+        """See :meth:`ForwardEngine.memory_bytes`: the keys and values of every layer."""
+        total = 0
+        for layer in getattr(self._cache, "layers", []):
+            for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+                if isinstance(tensor, torch.Tensor):
+                    total += tensor.numel() * tensor.element_size()
+        return total

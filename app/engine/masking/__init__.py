@@ -1,0 +1,18 @@
+"""Masking engines: the library that says which tokens the grammar allows next.
+
+The stepper and replay call only :class:`MaskingEngine`; :func:`new_masking` is the one place
+that picks the library for a compiled grammar.
+"""
+
+from __future__ import annotations
+
+from app.engine.grammar import CompileResult
+from app.engine.masking.base import MaskingEngine
+from app.engine.masking.xgrammar import XGrammarMasking
+
+__all__ = ["MaskingEngine", "XGrammarMasking", "new_masking"]
+
+
+def new_masking(grammar: CompileResult) -> MaskingEngine:
+    """A masking engine in the grammar's start state."""
+    return XGrammarMasking(grammar)

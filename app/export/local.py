@@ -1,0 +1,134 @@
+"""Snippets that mask in-process: xgrammar or llguidance with a transformers model."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+from app.engine.grammar import GrammarKind
+from app.export.escape import Code, py
+from app.export.notes import options_line, sampling_notes
+from app.export.options import Layout, layout, reach_llguidance
+from app.export.render import render
+from app.export.request import ExportRequest
+from app.export.snippet import Snippet, constants, header, missing_options, pydantic_code
+
+__all__ = ["llguidance_options", "llguidance_snippet", "xgrammar_snippet"]
+
+# Characters Rust's regex syntax (llguidance's separators are regexes) needs escaped.
+_REGEX_META = set("\\.+*?()|[]{}^$#&-~")
+_SEED_NOTE = "transformers draws with torch's generator, Maskscope with its own."
+
+
+def _version(package: str) -> str:
+    return importlib.metadata.version(package)
+
+
+def _prompt(req: ExportRequest) -> tuple[list[tuple[Code, Code]], Code]:
+    if req.raw_prompt is not None:
+        return [(Code("PROMPT"), py(req.raw_prompt))], Code("prompt = PROMPT")
+    line = "prompt = tokenizer.apply_chat_template(MESSAGES, tokenize=False, "
+    return [(Code("MESSAGES"), py(req.chat()))], Code(line + "add_generation_prompt=True)")
+
+
+def _generate(req: ExportRequest) -> tuple[list[tuple[Code, Code]], Code | None]:
+    args = [(Code("max_new_tokens"), py(req.max_tokens))]
+    sampling = req.sampling
+    if sampling.greedy:
+        return [*args, (Code("do_sample"), py(False))], None
+    args += [
+        (Code("do_sample"), py(True)),
+        (Code("temperature"), py(sampling.temperature)),
+        (Code("top_p"), py(sampling.top_p)),
+        (Code("top_k"), py(0)),  # transformers' default top_k=50 would cut the distribution
+    ]
+    return args, py(sampling.seed) if sampling.seed is not None else None
+
+
+def _call(function: str, first: str, options: list[tuple[str, Code]]) -> Code:
+    lines = [f"{function}(", f"    {first},", *(f"    {k}={v}," for k, v in options), ")"]
+    return Code("\n".join(lines))
+
+
+def xgrammar_snippet(req: ExportRequest) -> Snippet:
+    """xgrammar's compile with exactly the effective options, and a transformers generate loop."""
+    source, root = pydantic_code(req)
+    if req.is_json:
+        opts = req.options
+        kwargs = [
+            ("any_whitespace", py(opts.any_whitespace)),
+            ("strict_mode", py(opts.strict_mode)),
+            ("indent", py(opts.indent)),
+            ("separators", py(opts.separators)),
+            ("max_whitespace_cnt", py(opts.max_whitespace_cnt)),
+        ]
+        compile_ = _call("compile_json_schema", root or "SCHEMA", kwargs)
+    elif req.kind is GrammarKind.EBNF:
+        compile_ = Code("compile_grammar(GRAMMAR)")
+    else:
+        compile_ = Code("compile_regex(REGEX)")
+    prompt_consts, prompt = _prompt(req)
+    generate, seed = _generate(req)
+    notes = [
+        f"xgrammar {_version('xgrammar')} with transformers: the same compile Maskscope ran.",
+        options_line(req),
+        *sampling_notes(req, "transformers", _SEED_NOTE),
+    ]
+    code = render(
+        "xgrammar.py.j2",
+        notes=header("xgrammar", notes, []),
+        pydantic=source,
+        constants=[*constants(req, with_schema=root is None), *prompt_consts],
+        model=py(req.model),
+        compile=compile_,
+        prompt=prompt,
+        generate=generate,
+        seed=seed,
+    )
+    return Snippet("xgrammar", "python", code, ())
+
+
+def _regex_literal(text: str) -> str:
+    return "".join("\\" + ch if ch in _REGEX_META else ch for ch in text)
+
+
+def llguidance_options(wanted: Layout) -> dict[str, object]:
+    """llguidance's JSON options for a layout (its separators are regexes: escaped)."""
+    out: dict[str, object] = {"whitespace_flexible": wanted.any_whitespace}
+    item, key = wanted.separators or (",", ": ")  # None comes with an indent llguidance lacks
+    out["item_separator"] = _regex_literal(item)
+    out["key_separator"] = _regex_literal(key)
+    return out
+
+
+def llguidance_snippet(req: ExportRequest) -> Snippet:
+    """llguidance's grammar with the options it can carry, and a transformers generate loop."""
+    _, missing = missing_options(req, reach_llguidance, f"llguidance {_version('llguidance')}")
+    notes = [f"llguidance {_version('llguidance')} with transformers.", options_line(req)]
+    if req.is_json:
+        options = py(llguidance_options(layout(req.options)), 4)
+        grammar = _call(
+            "llguidance.LLMatcher.grammar_from_json_schema", "SCHEMA", [("overrides", options)]
+        )
+    elif req.kind is GrammarKind.EBNF:
+        grammar = Code('llguidance.grammar_from("ebnf", GRAMMAR)')
+        notes.append(
+            "llguidance converts this EBNF to its Lark syntax; xgrammar-only syntax may "
+            "not convert."
+        )
+    else:
+        grammar = Code("llguidance.LLMatcher.grammar_from_regex(REGEX)")
+        notes.append("llguidance reads the regex with Rust's regex syntax.")
+    notes += sampling_notes(req, "transformers", _SEED_NOTE)
+    prompt_consts, prompt = _prompt(req)
+    generate, seed = _generate(req)
+    code = render(
+        "llguidance.py.j2",
+        notes=header("llguidance", notes, missing),
+        constants=[*constants(req), *prompt_consts],
+        model=py(req.model),
+        grammar=grammar,
+        prompt=prompt,
+        generate=generate,
+        seed=seed,
+    )
+    return Snippet("llguidance", "python", code, tuple(missing))

@@ -1,0 +1,77 @@
+"""The comments a snippet opens with: what it reproduces, server flags, what it cannot carry."""
+
+from __future__ import annotations
+
+from app.export.options import SGLANG_VERSION, VLLM_FLAG, VLLM_VERSION, Reach
+from app.export.request import ExportRequest
+
+__all__ = ["options_line", "sampling_notes", "sglang_notes", "vllm_notes"]
+
+# Where the guided_* fields went: vllm-project/vllm#29326 removed them in v0.12.0; v0.11.2 was the
+# release before it. 0.32.0 lists them in _REMOVED_GUIDED_FIELDS
+# (vllm/entrypoints/serve/engine/protocol.py) and only logs a warning.
+VLLM_LEGACY_VERSION = "0.11.2"
+
+
+def options_line(req: ExportRequest) -> str:
+    """The compile options Maskscope used, in words."""
+    if not req.is_json:
+        return f"Maskscope compiled this {req.kind.value} with xgrammar (no compile options apply)."
+    opts = req.options.to_dict()
+    shown = ", ".join(f"{k}={v!r}" for k, v in opts.items())
+    return f"Maskscope compiled the JSON Schema with xgrammar ({shown}; preset {req.preset})."
+
+
+def sampling_notes(req: ExportRequest, stack: str, seed_note: str) -> list[str]:
+    """What the seed means on ``stack`` (greedy needs no note)."""
+    if req.sampling.greedy:
+        return []
+    if req.sampling.seed is None:
+        return ["No seed was fixed: every run draws differently."]
+    return [f"The seed makes {stack} runs repeatable, not equal to Maskscope's tokens: {seed_note}"]
+
+
+def vllm_notes(req: ExportRequest, reach: Reach, *, legacy: bool) -> list[str]:
+    """vLLM: the version, the server flags, the backend it picks."""
+    notes = []
+    if legacy:
+        notes.append(
+            f"guided_* is the old vLLM request form: vLLM {VLLM_LEGACY_VERSION} is the last "
+            "version that honours it (vllm-project/vllm#29326 removed it in 0.12.0). "
+            f"vLLM {VLLM_VERSION} accepts it and IGNORES it (a warning in the server log only): "
+            "the output is not constrained. Use the vllm target for newer servers."
+        )
+    else:
+        notes.append(f"vLLM {VLLM_VERSION}: structured_outputs (StructuredOutputsParams).")
+    notes.append("Serve the model with:\n$ " + " ".join(["vllm serve", req.model, *reach.flags]))
+    if reach.flags:
+        notes.append(
+            "The request field structured_outputs.disable_any_whitespace exists but vLLM "
+            f"{VLLM_VERSION}'s xgrammar backend reads only the server flag."
+        )
+    notes.append(
+        f"vLLM picks the grammar backend per server ({VLLM_FLAG}.backend, default auto), not per "
+        "request."
+    )
+    if req.vllm_fallback:
+        notes.append(
+            f"For this schema auto would not use xgrammar ({req.vllm_fallback}): it masks with "
+            "guidance (llguidance) instead, not the mask Maskscope showed; with backend xgrammar "
+            "vLLM refuses the request."
+        )
+    elif req.is_json and req.preset == "vllm" and not reach.flags:
+        notes.append(
+            "The vllm preset is this default: auto hands the schema to xgrammar with "
+            f"any_whitespace=True, unless its pre-check finds a keyword xgrammar lacks; start with "
+            f"{VLLM_FLAG}.backend xgrammar to be sure the mask is the one Maskscope showed."
+        )
+    return notes
+
+
+def sglang_notes(req: ExportRequest, reach: Reach) -> list[str]:
+    """SGLang: the version and its server flags."""
+    launch = ["python -m sglang.launch_server --model-path", req.model, *reach.flags]
+    return [
+        f"SGLang {SGLANG_VERSION}, grammar backend xgrammar (its default, --grammar-backend).",
+        "Serve the model with:\n$ " + " ".join(launch),
+    ]

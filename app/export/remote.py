@@ -1,0 +1,225 @@
+"""Snippets for serving stacks: one HTTP request each, as a Python program and as curl."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.export.escape import Code, identifier, py, sh, sh_json
+from app.export.http import (
+    HttpCall,
+    openai_call,
+    sglang_call,
+    sglang_openai_call,
+    vllm_call,
+)
+from app.export.notes import (
+    options_line,
+    sampling_notes,
+    sglang_notes,
+    vllm_notes,
+)
+from app.export.options import (
+    SGLANG_VERSION,
+    VLLM_VERSION,
+    reach_openai,
+    reach_sglang,
+    reach_vllm,
+)
+from app.export.render import render
+from app.export.request import ExportRequest
+from app.export.snippet import Snippet, constants, header, missing_options, pydantic_code
+
+__all__ = [
+    "Plan",
+    "curl",
+    "openai_plan",
+    "python",
+    "sglang_openai_plan",
+    "sglang_plan",
+    "vllm_plan",
+]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One stack's request, with the notes and the missing options its snippets comment on.
+
+    Attributes:
+        title: the stack, in words.
+        call: the request.
+        notes: comment lines (versions, server flags, what a seed means there).
+        missing: what the stack cannot express, one sentence each.
+        sdk: whether the Python form uses the OpenAI SDK (else requests).
+        parse_pydantic: whether the Python form hands the Pydantic model to the SDK's parse.
+    """
+
+    title: str
+    call: HttpCall
+    notes: list[str]
+    missing: list[str]
+    sdk: bool = True
+    parse_pydantic: bool = False
+
+
+def vllm_plan(req: ExportRequest, *, legacy: bool = False) -> Plan:
+    """vLLM's OpenAI-compatible server (``structured_outputs``, or ``guided_*`` when legacy)."""
+    reach, missing = missing_options(req, reach_vllm, f"vLLM {VLLM_VERSION}")
+    notes = [
+        options_line(req),
+        *vllm_notes(req, reach, legacy=legacy),
+        *sampling_notes(req, "vLLM", "vLLM draws with its own generator."),
+    ]
+    title = "vLLM, " + ("legacy guided_* fields" if legacy else "structured_outputs")
+    return Plan(title, vllm_call(req, legacy=legacy), notes, missing)
+
+
+def _sglang_notes(req: ExportRequest) -> tuple[list[str], list[str]]:
+    reach, missing = missing_options(req, reach_sglang, f"SGLang {SGLANG_VERSION}")
+    seed = "it honours the seed only when started with --enable-deterministic-inference."
+    return [
+        options_line(req),
+        *sglang_notes(req, reach),
+        *sampling_notes(req, "SGLang", seed),
+    ], missing
+
+
+def sglang_plan(req: ExportRequest) -> Plan:
+    """SGLang's native ``/generate`` with the prompt as the chat template rendered it."""
+    notes, missing = _sglang_notes(req)
+    if req.raw_prompt is None:
+        notes.append("/generate takes text: the prompt below is the chat template's rendering.")
+    return Plan("SGLang, native /generate", sglang_call(req), notes, missing, sdk=False)
+
+
+def sglang_openai_plan(req: ExportRequest) -> Plan:
+    """SGLang's OpenAI-compatible API."""
+    notes, missing = _sglang_notes(req)
+    return Plan("SGLang, OpenAI-compatible API", sglang_openai_call(req), notes, missing)
+
+
+def openai_plan(req: ExportRequest) -> Plan:
+    """OpenAI's strict structured outputs."""
+    _, missing = missing_options(req, reach_openai, "OpenAI")
+    notes = [
+        options_line(req),
+        f"OpenAI serves its own models, not {req.model}: the tokens will differ. Strict mode "
+        "refuses a schema unless every object has additionalProperties: false and lists every "
+        "property in required (the Doctor's openai_strict row checks it).",
+    ]
+    if req.sampling.greedy:
+        notes.append("temperature=0 is not exactly greedy decoding at OpenAI.")
+    if not req.is_json:
+        missing.append(
+            f"the {req.kind.value}: OpenAI's structured outputs take a JSON Schema "
+            "only, so this request is not constrained"
+        )
+    if req.raw_prompt is not None:
+        missing.append(
+            "raw_prompt: OpenAI applies its own chat template; the raw prompt is sent "
+            "as a user message"
+        )
+    if req.pydantic is not None:
+        notes.append(
+            "The Python form gives the Pydantic model to the SDK's parse helper, which sends its "
+            "own strict version of the schema; the curl form sends the schema Maskscope compiled."
+        )
+    notes += sampling_notes(req, "OpenAI", "OpenAI's seed is best effort.")
+    title = "OpenAI, strict structured outputs"
+    return Plan(title, openai_call(req), notes, missing, parse_pydantic=req.pydantic is not None)
+
+
+def _names(req: ExportRequest, call: HttpCall) -> dict[int, Code]:
+    names: dict[int, Code] = {}
+    if "messages" in call.body:
+        names[id(call.body["messages"])] = Code("MESSAGES")
+    if req.is_json:
+        names[id(req.schema)] = Code("SCHEMA")
+        if call.schema_text is not None:
+            names[id(call.schema_text)] = Code("json.dumps(SCHEMA)")
+    elif req.source:
+        names[id(req.source)] = Code("GRAMMAR" if req.kind.value == "ebnf" else "REGEX")
+    return names
+
+
+def _prompt_constants(call: HttpCall) -> list[tuple[Code, Code]]:
+    if "messages" in call.body:
+        return [(Code("MESSAGES"), py(call.body["messages"]))]
+    return []
+
+
+def python(req: ExportRequest, plan: Plan, target: str) -> Snippet:
+    """The plan as a Python program: the OpenAI SDK, or requests for SGLang's native API."""
+    code = _sdk_program(req, plan) if plan.sdk else _generate_program(req, plan)
+    return Snippet(target, "python", code, tuple(plan.missing))
+
+
+def _generate_program(req: ExportRequest, plan: Plan) -> str:
+    call = plan.call
+    names = _names(req, call)
+    consts = constants(req)
+    prompt = call.body["text"]
+    if prompt:
+        names[id(prompt)] = Code("PROMPT")
+        consts.append((Code("PROMPT"), py(prompt)))
+    return render(
+        "sglang_generate.py.j2",
+        notes=header(plan.title, plan.notes, plan.missing),
+        constants=consts,
+        url=py(call.url),
+        body=py(call.body, 4, names),
+        uses_json=call.schema_text is not None,
+    )
+
+
+def _sdk_program(req: ExportRequest, plan: Plan) -> str:
+    call = plan.call
+    source, root = pydantic_code(req)
+    parse = root if plan.parse_pydantic else None  # the SDK's parse helper takes the model
+    chat = "messages" in call.body
+    if chat:
+        method = "chat.completions.parse" if parse else "chat.completions.create"
+        output = "message.parsed" if parse else "message.content"
+    else:
+        method, output = "completions.create", "text"
+    client = "" if call.bearer_env else f'base_url={py(call.base_url)}, api_key="EMPTY"'
+    return render(
+        "openai_sdk.py.j2",
+        notes=header(plan.title, plan.notes, plan.missing),
+        pydantic=source if parse else None,
+        constants=[*constants(req, with_schema=parse is None), *_prompt_constants(call)],
+        client=Code(client),
+        method=Code(method),
+        kwargs=_sdk_kwargs(call, _names(req, call), parse_root=parse),
+        output=Code("completion.choices[0]." + output),
+        uses_json=call.schema_text is not None,
+    )
+
+
+def _sdk_kwargs(
+    call: HttpCall, names: dict[int, Code], *, parse_root: Code | None
+) -> list[tuple[Code, Code]]:
+    kwargs: list[tuple[Code, Code]] = []
+    for key, value in call.body.items():
+        if key in call.extra:
+            continue
+        if key == "response_format" and parse_root is not None:
+            kwargs.append((identifier(key), parse_root))
+            continue
+        kwargs.append((identifier(key), py(value, 4, names)))
+    extra: dict[str, Any] = {key: call.body[key] for key in call.extra}
+    if extra:
+        kwargs.append((Code("extra_body"), py(extra, 4, names)))
+    return kwargs
+
+
+def curl(plan: Plan, target: str) -> Snippet:
+    """The plan as one curl command."""
+    call = plan.call
+    # Double quotes: the shell expands the key's variable (the name is ours, not user input).
+    headers = [Code(f'"Authorization: Bearer ${call.bearer_env}"')] if call.bearer_env else []
+    notes = header(plan.title, plan.notes, plan.missing)
+    code = render(
+        "curl.sh.j2", notes=notes, url=sh(call.url), headers=headers, body=sh_json(call.body)
+    )
+    return Snippet(target, "bash", code, tuple(plan.missing))

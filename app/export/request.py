@@ -1,0 +1,85 @@
+"""What an export needs: the grammar as compiled, its effective options, the prompt, sampling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.engine.grammar import CompileOptions, GrammarKind
+
+__all__ = ["ExportRequest", "Message", "PydanticSource", "Sampling"]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message, as the model saw it (the schema appended when the session asked)."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class PydanticSource:
+    """A Pydantic source and the model whose JSON Schema Maskscope compiled."""
+
+    source: str
+    root: str
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Greedy (temperature 0) or temperature/top-p; ``seed`` is None when none was fixed."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        """Whether the most probable allowed token is always taken."""
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """Everything a snippet reproduces.
+
+    Attributes:
+        kind: the grammar kind xgrammar compiled (a Pydantic source compiles as JSON Schema).
+        source: the schema (JSON text), EBNF grammar or regex, as compiled.
+        schema: the parsed JSON Schema for JSON kinds, else None.
+        options: the effective compile options (the preset with explicit options applied).
+        preset: the preset the options started from.
+        model: the model name a server serves or a hub id (``HuggingFaceTB/SmolLM2-135M-Instruct``).
+        messages: the chat messages; empty with a raw prompt or when no prompt was given.
+        raw_prompt: text sent with no chat template, or None.
+        prompt_text: the prompt as the chat template rendered it (for APIs that take text).
+        sampling: temperature, top-p and seed.
+        max_tokens: the most tokens to generate.
+        pydantic: the Pydantic source when the schema came from one.
+        vllm_fallback: why vLLM's ``auto`` backend would not give this schema to xgrammar (the
+            Doctor's vLLM verdict), when it would not.
+    """
+
+    kind: GrammarKind
+    source: str
+    schema: Any
+    options: CompileOptions
+    preset: str
+    model: str
+    messages: tuple[Message, ...] = ()
+    raw_prompt: str | None = None
+    prompt_text: str | None = None
+    sampling: Sampling = field(default_factory=Sampling)
+    max_tokens: int = 256
+    pydantic: PydanticSource | None = None
+    vllm_fallback: str | None = None
+
+    @property
+    def is_json(self) -> bool:
+        """Whether the grammar is a JSON Schema (compile options apply)."""
+        return self.kind is GrammarKind.JSON_SCHEMA
+
+    def chat(self) -> list[dict[str, str]]:
+        """The messages as the OpenAI API takes them."""
+        return [{"role": m.role, "content": m.content} for m in self.messages]

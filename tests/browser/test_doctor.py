@@ -1,0 +1,46 @@
+"""The Doctor tab in a real browser: an ignored keyword marked in the editor, a witness, and the
+serving stacks side by side."""
+
+from __future__ import annotations
+
+import json
+
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import ARTIFACTS
+
+SCHEMA = '{\n  "type": "array",\n  "items": {"type": "integer"},\n  "uniqueItems": true\n}'
+
+
+def test_a_uniqueitems_schema_in_the_doctor_tab(page: Page, live_server: str) -> None:
+    page.goto(live_server)
+    page.locator("#editor .cm-content").click()
+    page.keyboard.press("Control+A")
+    page.keyboard.insert_text(SCHEMA)
+    expect(page.locator("#compile-result .stats")).to_contain_text("compiled")
+    page.click('.compile-panel .tab-button[data-view="doctor"]')
+    expect(page.locator("#doctor-result .doctor-backends")).to_be_visible(timeout=60_000)
+    expect(page.locator("#doctor-flag")).not_to_have_text("")
+
+    # uniqueItems is marked like a lint warning, on its line
+    expect(page.locator("#editor .cm-lint-marker-warning")).to_have_count(1)
+    expect(page.locator("#editor .cm-lintRange-warning")).to_have_text('"uniqueItems": true')
+    ignored = page.locator('#doctor-result tr.status-ignored[data-pointer="/uniqueItems"]')
+    expect(ignored).to_have_count(1)
+
+    # a witness: a document the grammar accepts, with duplicates
+    witness = page.locator("#doctor-result .witness.grammar_accepts_schema_rejects").first
+    expect(witness).to_contain_text("has non-unique elements")
+    items = json.loads(witness.locator(".witness-text").inner_text())
+    assert len(items) > len(set(items))
+
+    vllm = page.locator('#doctor-result .backend[data-backend="vllm"]')
+    expect(vllm).to_contain_text("falls back to guidance")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "doctor.png"))
+    page.locator(".compile-panel").screenshot(path=str(ARTIFACTS / "doctor-panel.png"))
+
+    # back on the Compile tab, the grammar is still there; the marks stay in the editor
+    page.click('.compile-panel .tab-button[data-view="compile"]')
+    expect(page.locator("#compile-result .grammar-text")).to_be_visible()
+    expect(page.locator("#editor .cm-lint-marker-warning")).to_have_count(1)

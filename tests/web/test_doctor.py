@@ -1,0 +1,86 @@
+"""``POST /api/doctor`` and the Doctor tab's fragment, in-process."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi.testclient import TestClient
+
+from app.doctor import MAX_BUDGET_MS
+from app.examples import EXAMPLES_DIR
+
+UNIQUE = json.dumps({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, indent=2)
+BACKENDS = ["xgrammar", "vllm", "sglang", "llguidance", "openai_strict"]
+
+
+def test_the_answer_has_every_part_of_the_contract(client: TestClient) -> None:
+    body = {"grammar": {"kind": "json_schema", "source": UNIQUE}, "seed": 1}
+    response = client.post("/api/doctor", json=body)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert set(body) == {"keywords", "witnesses", "search", "enforcement", "backends", "costs"}
+    unique = next(k for k in body["keywords"] if k["pointer"] == "/uniqueItems")
+    assert unique == {"pointer": "/uniqueItems", "keyword": "uniqueItems", "line": 6,
+                      "status": "ignored", "detail": unique["detail"]}  # fmt: skip
+    witness = body["witnesses"][0]
+    assert witness["direction"] == "grammar_accepts_schema_rejects" and witness["refusal"] is None
+    assert witness["errors"][0]["path"] == "$" and witness["pointers"] == ["/uniqueItems"]
+    assert body["search"]["seed"] == 1 and body["search"]["documents"] > 0
+    assert [b["backend"] for b in body["backends"]] == BACKENDS
+    assert {b["verdict"] for b in body["backends"]} <= {"ok", "ignores", "falls_back", "refuses"}
+    assert set(body["costs"]) == {
+        "compile_ms", "compile_ms_any_whitespace", "size_bytes", "shortest_document_tokens",
+        "shortest_document", "unbounded_whitespace", "max_tokens_below_shortest",
+    }  # fmt: skip
+
+
+def test_a_pydantic_source_is_examined_with_its_lines(client: TestClient) -> None:
+    source = (EXAMPLES_DIR / "router.py").read_text()
+    response = client.post("/api/doctor", json={"grammar": {"kind": "pydantic", "source": source}})
+    assert response.status_code == 200, response.text
+    lines = source.splitlines()
+    pattern = next(k for k in response.json()["keywords"] if k["keyword"] == "pattern")
+    assert lines[pattern["line"] - 1].strip().startswith("user_id:")
+
+
+def test_grammars_get_the_llguidance_row_and_costs(client: TestClient) -> None:
+    body = {"grammar": {"kind": "regex", "source": "[a-z]+ +x"}, "max_tokens": 1}
+    answer = client.post("/api/doctor", json=body).json()
+    assert [b["backend"] for b in answer["backends"]] == ["llguidance"]
+    assert answer["costs"]["unbounded_whitespace"] is True
+    assert answer["costs"]["max_tokens_below_shortest"] is True
+
+
+def test_bad_input_is_a_422_that_says_where(client: TestClient) -> None:
+    bad = {"grammar": {"kind": "json_schema", "source": '{"type": "strnig"}'}}
+    error = client.post("/api/doctor", json=bad).json()["error"]
+    assert error["code"] == "grammar_invalid" and error["pointer"] == "/type"
+    over = {"grammar": {"kind": "json_schema", "source": "{}"}, "budget_ms": MAX_BUDGET_MS + 1}
+    response = client.post("/api/doctor", json=over)
+    assert response.status_code == 422 and response.json()["error"]["pointer"] == "/budget_ms"
+
+
+def test_the_budget_cap_is_declared_in_openapi(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["DoctorIn"]
+    assert schema["properties"]["budget_ms"]["maximum"] == MAX_BUDGET_MS
+
+
+def test_the_fragment_marks_keywords_for_the_editor(client: TestClient) -> None:
+    form = {"kind": "json_schema", "source": UNIQUE, "preset": "vllm", "max_tokens": "1"}
+    response = client.post("/ui/doctor", data=form, headers={"HX-Request": "true"})
+    assert response.status_code == 200
+    html = response.text
+    assert 'data-marks=\'[{"line": 6, ' in html and 'data-backend="vllm"' in html
+    assert "falls back to guidance" in html and "max tokens 1 is below it" in html
+    broken = client.post("/ui/doctor", data={**form, "source": "{"})
+    assert broken.status_code == 200 and 'data-error="true"' in broken.text
+
+
+def test_a_boolean_schema_is_examined(client: TestClient) -> None:
+    # llguidance raises on a boolean schema with options: a refusal in its row, not a 500
+    response = client.post(
+        "/api/doctor", json={"grammar": {"kind": "json_schema", "source": "true"}}
+    )
+    assert response.status_code == 200, response.text
+    rows = {b["backend"]: b for b in response.json()["backends"]}
+    assert rows["llguidance"]["verdict"] == "refuses" and rows["xgrammar"]["verdict"] == "ok"

@@ -1,0 +1,162 @@
+"""``/api/export`` and the Code dialog's fragment: golden snippets on the pricing example."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.examples import load_examples
+from app.export import TARGETS
+from tests.export.conftest import curl_body
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+PRICING = next(e for e in load_examples() if e.id == "pricing")
+# MASKSCOPE_UPDATE_GOLDEN=1 rewrites the golden files (then read the diff before committing).
+UPDATE = os.environ.get("MASKSCOPE_UPDATE_GOLDEN") == "1"
+
+
+def pricing_body(**overrides: Any) -> dict[str, Any]:
+    """The pricing example as the page sends it: its prompt, the schema in the system message."""
+    body: dict[str, Any] = {
+        "grammar": {"kind": "json_schema", "source": PRICING.source()},
+        "messages": [
+            {"role": "system", "content": PRICING.system},
+            {"role": "user", "content": PRICING.prompt},
+        ],
+        "schema_in_prompt": PRICING.schema_in_prompt,
+        "max_tokens": PRICING.max_tokens,
+    }
+    body.update(overrides)
+    return body
+
+
+def _export(client: TestClient, target: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = client.post(f"/api/export?target={target}", json=body)
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    assert set(answer) == {"target", "language", "code", "not_expressible"}
+    return answer
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_golden_snippet_for_the_pricing_example(client: TestClient, target: str) -> None:
+    answer = _export(client, target, pricing_body())
+    suffix = ".py" if answer["language"] == "python" else ".sh"
+    path = GOLDEN / f"pricing-{target}{suffix}.golden"
+    if UPDATE:
+        path.write_text(answer["code"])
+    assert answer["code"] == path.read_text()
+    assert "HuggingFaceTB/SmolLM2-135M-Instruct" in answer["code"]
+
+
+def test_what_each_target_cannot_express_on_the_pricing_example(client: TestClient) -> None:
+    missing = {t: _export(client, t, pricing_body())["not_expressible"] for t in TARGETS}
+    assert [m.split(";")[0] for m in missing["vllm"]] == ["separators=[', ', ': ']"]
+    assert missing["vllm"] == missing["vllm_legacy"] == missing["curl_vllm"]
+    assert missing["sglang"] == missing["sglang_openai"] == missing["curl_sglang"] == []
+    assert missing["xgrammar"] == []
+    assert [m.split(";")[0] for m in missing["llguidance"]] == ["strict_mode=true"]
+    assert [m.split("=")[0] for m in missing["openai"]] == ["any_whitespace", "separators"]
+
+
+def test_the_vllm_preset_is_what_vllm_does_and_needs_no_flag(client: TestClient) -> None:
+    body = pricing_body(
+        grammar={"kind": "json_schema", "source": PRICING.source(), "options": {"preset": "vllm"}}
+    )
+    answer = _export(client, "vllm", body)
+    assert answer["not_expressible"] == []
+    assert "# $ vllm serve HuggingFaceTB/SmolLM2-135M-Instruct\n" in answer["code"]  # no flag
+    assert "--structured-outputs-config.backend xgrammar to be sure" in answer["code"]
+
+
+def test_a_grammar_request_exports_without_a_prompt(client: TestClient) -> None:
+    answer = _export(client, "xgrammar", {"kind": "regex", "source": "[0-9]{3}"})
+    assert 'REGEX = "[0-9]{3}"' in answer["code"] and "compile_regex(REGEX)" in answer["code"]
+    assert "MESSAGES = []" in answer["code"]
+
+
+def test_a_pydantic_source_is_the_model_where_the_target_takes_one(client: TestClient) -> None:
+    grammar = {"kind": "pydantic", "source": PRICING.source(".py")}
+    openai = _export(client, "openai", pricing_body(grammar=grammar))["code"]
+    assert "class PricingDecision(BaseModel):" in openai
+    assert "response_format=PricingDecision," in openai and ".parse(" in openai
+    xgrammar = _export(client, "xgrammar", pricing_body(grammar=grammar))["code"]
+    assert "compile_json_schema(\n    PricingDecision," in xgrammar
+    vllm = _export(client, "curl_vllm", pricing_body(grammar=grammar))["code"]
+    derived = curl_body(vllm)
+    assert derived["structured_outputs"]["json"] == json.loads(PRICING.source())
+
+
+def test_an_open_session_exports_with_its_effective_seed(client: TestClient) -> None:
+    body = pricing_body(sampling={"temperature": 0.7, "top_p": 0.9}, max_tokens=16)
+    opened = client.post("/api/sessions", json=body)
+    assert opened.status_code == 200, opened.text
+    seed = opened.json()["sampling"]["seed"]
+    response = client.get(f"/api/export?target=curl_vllm&session={opened.json()['id']}")
+    assert response.status_code == 200, response.text
+    sent = curl_body(response.json()["code"])
+    assert sent["seed"] == seed and sent["temperature"] == 0.7 and sent["top_p"] == 0.9
+    same = _export(client, "curl_vllm", {**body, "sampling": {**body["sampling"], "seed": seed}})
+    assert same["code"] == response.json()["code"]
+
+
+def test_bad_requests_get_the_contract_errors(client: TestClient) -> None:
+    cases: list[tuple[Any, int, str]] = [
+        (client.post("/api/export?target=nope", json=pricing_body()), 422, "invalid_request"),
+        (client.post("/api/export", json=pricing_body()), 422, "invalid_request"),
+        (
+            client.post(
+                "/api/export?target=vllm",
+                content=b"{oops",
+                headers={"Content-Type": "application/json"},
+            ),
+            400,
+            "malformed",
+        ),
+        (client.post("/api/export?target=vllm", json=[1]), 422, "invalid_request"),
+        (
+            client.post("/api/export?target=vllm", json={"kind": "json_schema"}),
+            422,
+            "invalid_request",
+        ),
+        (client.get("/api/export?target=vllm&session=nope"), 404, "session_not_found"),
+    ]
+    for response, status, code in cases:
+        assert response.status_code == status, response.text
+        assert response.json()["error"]["code"] == code
+    bad = client.post("/api/export?target=vllm", json={"kind": "json_schema", "source": '{"a": }'})
+    assert bad.status_code == 422
+    assert bad.json()["error"] | {"message": ""} == {
+        "message": "",
+        "code": "grammar_invalid",
+        "line": 1,
+        "column": 7,
+        "pointer": "/grammar/source",
+    }
+    missing = client.post("/api/export?target=vllm", json={"kind": "json_schema"})
+    assert missing.json()["error"]["pointer"] == "/source"
+
+
+def test_the_dialog_fragment_has_a_tab_and_a_copy_button_per_target(client: TestClient) -> None:
+    form = {
+        "kind": "json_schema",
+        "source": PRICING.source(),
+        "system": "S <b>&",
+        "user": "U",
+        "preset": "maskscope",
+        "strict_mode": "on",
+    }
+    html = client.post("/ui/export", data=form).text
+    for target in TARGETS:
+        assert f'class="copy primary" data-target="{target}"' in html
+        assert f'<section class="code-panel" data-target="{target}"' in html
+    assert "S &lt;b&gt;&amp;" in html and "S <b>&" not in html  # the code is escaped as HTML
+    error = client.post("/ui/export", data={**form, "source": "{"}).text
+    assert "toast-body" in error and "invalid JSON" in error
+    invalid = client.post("/ui/export", data={**form, "max_tokens": "0"})
+    assert invalid.status_code == 200 and "max_tokens" in invalid.text

@@ -1,0 +1,99 @@
+"""The run stream over a real socket: reconnects resume with every index exactly once, and a
+reconnect after ``end`` starts nothing."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+
+from app.engine import Engine
+from tests.web.conftest import session_body
+from tests.web.sse import iter_events, parse_events
+
+
+def _session(base: str, **overrides: object) -> str:
+    response = httpx.post(f"{base}/api/sessions", json=session_body(**overrides), timeout=120)
+    assert response.status_code == 200, response.text
+    session_id: str = response.json()["id"]
+    return session_id
+
+
+def _steps(base: str, session_id: str) -> int:
+    return len(httpx.get(f"{base}/api/sessions/{session_id}", timeout=60).json()["steps"])
+
+
+def test_a_stream_dropped_in_the_middle_of_a_step_resumes_with_every_index_once(
+    live_server: str, engine: Engine
+) -> None:
+    total = 12
+    session_id = _session(live_server, max_tokens=total)
+    url = f"{live_server}/api/sessions/{session_id}/events?format=json"
+    seen: list[int] = []
+    lock = engine.model.lock
+    with httpx.stream("GET", url, timeout=120) as stream:
+        for event in iter_events(stream.iter_lines()):
+            if event["event"] == "step":
+                seen.append(int(event["id"]))
+            if len(seen) == 3:
+                # The next forward pass waits for this lock: a step is in flight when the
+                # connection drops, and still in flight when the client comes back.
+                lock.__enter__()
+                break
+    try:
+        answers: list[httpx.Response] = []
+        headers = {"Last-Event-ID": str(seen[-1])}
+        reconnect = threading.Thread(
+            target=lambda: answers.append(httpx.get(url, headers=headers, timeout=300))
+        )
+        reconnect.start()
+        time.sleep(1.0)
+    finally:
+        lock.__exit__()
+    reconnect.join(timeout=300)
+    events = parse_events(answers[0].text)
+    resumed = [int(e["id"]) for e in events if e["event"] == "step"]
+    assert seen + resumed == list(range(total)), "every index once, in order"
+    assert [(e["event"], e.get("id")) for e in events[len(resumed) :]] == [
+        ("done", None),
+        ("end", "end"),
+    ]
+
+
+def test_a_reconnect_after_end_gets_204_and_starts_nothing(live_server: str) -> None:
+    session_id = _session(live_server, max_tokens=400)
+    url = f"{live_server}/api/sessions/{session_id}/events?format=json"
+    events: list[dict[str, str]] = []
+    with httpx.stream("GET", url, timeout=120) as stream:
+        for event in iter_events(stream.iter_lines()):
+            events.append(event)
+            if event["event"] == "step" and event["id"] == "1":
+                paused = httpx.post(f"{live_server}/api/sessions/{session_id}/pause", timeout=60)
+                assert paused.status_code == 200
+    assert [e["event"] for e in events[-2:]] == ["paused", "end"]
+    last_id = events[-1]["id"]  # what a browser's EventSource sends when it reconnects
+    assert last_id == "end"
+    steps = _steps(live_server, session_id)
+    again = httpx.get(url, headers={"Last-Event-ID": last_id}, timeout=60)
+    assert again.status_code == 204 and again.content == b""
+    time.sleep(1.0)
+    assert _steps(live_server, session_id) == steps, "the paused run did not start again"
+
+
+def test_a_reconnect_to_a_run_that_ended_gets_its_end_and_generates_nothing(
+    live_server: str,
+) -> None:
+    session_id = _session(live_server, max_tokens=400)
+    url = f"{live_server}/api/sessions/{session_id}/events?format=json"
+    with httpx.stream("GET", url, timeout=120) as stream:
+        for event in iter_events(stream.iter_lines()):
+            if event["event"] == "step" and event["id"] == "1":
+                httpx.post(f"{live_server}/api/sessions/{session_id}/pause", timeout=60)
+    steps = _steps(live_server, session_id)
+    # The connection dropped after step 1 was received, before the rest of the run arrived.
+    body = httpx.get(url, headers={"Last-Event-ID": "1"}, timeout=60).text
+    events = parse_events(body)
+    assert [int(e["id"]) for e in events if e["event"] == "step"] == list(range(2, steps))
+    assert [e["event"] for e in events if e["event"] != "step"] == ["paused", "end"]
+    assert _steps(live_server, session_id) == steps
