@@ -121,6 +121,12 @@ class NotReady(MaskscopeError):
     code = "not_ready"
 
 
+class ModelNotConfigured(MaskscopeError):
+    """A permalink names a model this server does not have."""
+
+    code = "model_not_configured"
+
+
 class RemoteEngineError(MaskscopeError):
     """A remote engine (a vLLM server) failed to answer a request; nothing was changed."""
 

@@ -14,7 +14,7 @@ from enum import StrEnum
 import torch
 
 from app.engine.distribution import MaskedDistribution, mask_distribution
-from app.engine.forward.base import ForwardEngine, RawDistribution
+from app.engine.forward.base import ForwardEngine, RawDistribution, ServingModel
 from app.engine.grammar import CompileResult
 from app.engine.jsonpath import JsonPosition, advance
 from app.engine.mask import (
@@ -26,7 +26,6 @@ from app.engine.mask import (
     words_from_bytes,
 )
 from app.engine.masking.base import MaskingEngine
-from app.engine.model import LoadedModel
 from app.engine.probe import probe_mask
 from app.engine.prompt import Prompt
 from app.engine.records import GrammarState, Probe, StepRecord, Validation
@@ -67,7 +66,7 @@ class Session:
     (timings aside). A step that fails anywhere leaves the session exactly as it was before it.
 
     Args:
-        model: the loaded model (its tokens and identity).
+        model: the model (its tokens and identity), local or remote.
         grammar: the compiled grammar that masks every step.
         prompt: the rendered prompt.
         masking: the grammar's matcher, in its start state.
@@ -79,7 +78,7 @@ class Session:
 
     def __init__(
         self,
-        model: LoadedModel,
+        model: ServingModel,
         grammar: CompileResult,
         prompt: Prompt,
         *,
@@ -256,10 +255,11 @@ class Session:
         accepted = False
         try:
             raw = self._forward.distribution()
-            view = mask_distribution(raw, self._bitmask, tokens=self._tokens, top_k=self.top_k)
             token = forced
             if token is None:
                 token = self._forward.choose(raw, self._bitmask, self.sampling, index=index)
+            raw = self._forward.with_token(raw, token)
+            view = mask_distribution(raw, self._bitmask, tokens=self._tokens, top_k=self.top_k)
             allowed = allowed_array(words, self._tokens.vocab_size)
             top = [t.token_id for t in view.top]
             probe = probe_mask(self._masking, allowed, chosen=token, top=top, index=index)
@@ -327,6 +327,9 @@ class Session:
             mask_us=mask.mask_us,
             total_ms=(time.perf_counter() - start) * 1000,
             terminated=self._masking.is_terminated(),
+            # A remote engine's record states which figures are bounds; a local one's are exact.
+            inexact=_inexact(token, view) if view.reports_bounds else None,
+            blocked_mass_max=view.blocked_mass_max if view.reports_bounds else None,
         )
 
     def _stop_reason(self, record: StepRecord, accepted: bool) -> StopReason | None:
@@ -339,3 +342,7 @@ class Session:
         if record.index + 1 >= self.max_tokens:
             return StopReason.MAX_TOKENS
         return None
+
+
+def _inexact(token: int, view: MaskedDistribution) -> tuple[str, ...]:
+    return view.inexact if view.rank_exact(token) else (*view.inexact, "rank")

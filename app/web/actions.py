@@ -16,6 +16,7 @@ from app.engine import (
     StepRecord,
     Validation,
 )
+from app.engine.remote.model import RemoteModel
 from app.exceptions import InvalidInput, RunInProgress
 from app.sandbox.sandbox import PydanticSchema
 from app.web.models import GrammarIn, ReplayIn, SessionIn
@@ -58,7 +59,9 @@ async def resolve(state: AppState, grammar: GrammarIn) -> Resolved:
     return Resolved(grammar.to_spec(json.dumps(derived.schema, indent=2)), derived)
 
 
-async def compiled(state: AppState, engine: Engine, spec: GrammarSpec) -> CompileResult:
+async def compiled(
+    state: AppState, engine: Engine | Engine[RemoteModel], spec: GrammarSpec
+) -> CompileResult:
     """The compiled grammar: from the cache at once, else from a compile worker (429 when too
     many compiles wait for one)."""
     hit = engine.cached(spec)
@@ -92,9 +95,10 @@ def compile_answer(result: CompileResult, grammar: GrammarIn, resolved: Resolved
     }
 
 
-async def create_session(state: AppState, engine: Engine, body: SessionIn) -> SessionHandle:
-    """Compile, render the prompt and register a new session."""
+async def create_session(state: AppState, body: SessionIn) -> SessionHandle:
+    """Compile, render the prompt and register a new session on the model the body names."""
     body.check_size(state.settings)
+    engine = state.engine_for(body.model)
     resolved = await resolve(state, body.grammar)
     grammar = await compiled(state, engine, resolved.spec)
     sampling = SamplingParams.create(

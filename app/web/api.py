@@ -55,6 +55,13 @@ async def readyz(state: StateDep) -> JSONResponse:
     )
 
 
+@router.get("/api/models", tags=["models"])
+async def models(state: StateDep) -> list[dict[str, Any]]:
+    """The local model and the remote engines (``MASKSCOPE_REMOTE_ENGINES``), each with its
+    readiness and, when not ready, the reason."""
+    return state.models()
+
+
 @router.post("/api/compile", tags=["grammar"])
 async def compile_grammar(body: GrammarIn, state: StateDep, engine: EngineDep) -> dict[str, Any]:
     """Compile a grammar request: the grammar text, xgrammar's warnings, compile stats."""
@@ -63,9 +70,9 @@ async def compile_grammar(body: GrammarIn, state: StateDep, engine: EngineDep) -
 
 
 @router.post("/api/sessions", tags=["sessions"])
-async def create_session(body: SessionIn, state: StateDep, engine: EngineDep) -> dict[str, Any]:
-    """Open a session: compile, render the prompt, ready to step."""
-    handle = await actions.create_session(state, engine, body)
+async def create_session(body: SessionIn, state: StateDep) -> dict[str, Any]:
+    """Open a session on the model ``model`` names: compile, render the prompt, ready to step."""
+    handle = await actions.create_session(state, body)
     return actions.session_answer(handle)
 
 
@@ -143,12 +150,13 @@ async def trace(handle: HandleDep, state: StateDep) -> Response:
 
 @router.post("/api/permalinks", tags=["permalinks"], status_code=201,
              responses={200: {"description": "the same snapshot already existed"}})  # fmt: skip
-async def create_permalink(body: PermalinkIn, state: StateDep, engine: EngineDep) -> JSONResponse:
+async def create_permalink(body: PermalinkIn, state: StateDep) -> JSONResponse:
     """Store an immutable snapshot; equal content gives an equal id (201 new, 200 existing)."""
     body.check_size(state.settings)
+    identity = state.engine_for(body.model).model.identity
 
     def store() -> tuple[str, bool]:
-        return state.store.put(sharing.snapshot_of_request(body, engine.model.identity))
+        return state.store.put(sharing.snapshot_of_request(body, identity))
 
     snapshot_id, created = await asyncio.to_thread(store)
     return JSONResponse(
@@ -158,22 +166,23 @@ async def create_permalink(body: PermalinkIn, state: StateDep, engine: EngineDep
 
 @router.get("/api/permalinks/{snapshot_id}", tags=["permalinks"])
 async def get_permalink(
-    snapshot_id: Annotated[str, Path(max_length=64)], state: StateDep, engine: EngineDep
+    snapshot_id: Annotated[str, Path(max_length=64)], state: StateDep, _: EngineDep
 ) -> dict[str, Any]:
     """The stored snapshot, with the model and versions recorded at share time, and what differs
     from this server's."""
     snapshot, created = await sharing.load(state, snapshot_id)
-    differences = sharing.differences(snapshot, engine.model.identity)
+    differences = sharing.differences(state, snapshot)
     return {"id": snapshot_id, "created_at": created, **snapshot, "differences": differences}
 
 
 @router.post("/api/permalinks/{snapshot_id}/session", tags=["permalinks"])
 async def open_permalink(
-    snapshot_id: Annotated[str, Path(max_length=64)], state: StateDep, engine: EngineDep
+    snapshot_id: Annotated[str, Path(max_length=64)], state: StateDep
 ) -> Response:
-    """Open a new session from the snapshot and replay its trace (409 if it does not replay)."""
+    """Open a new session from the snapshot and replay its trace (409 if it does not replay, or
+    names a model not configured here)."""
     snapshot, _ = await sharing.load(state, snapshot_id)
-    handle = await sharing.open_snapshot(state, engine, snapshot)
+    handle = await sharing.open_snapshot(state, snapshot)
     answer = await actions.step_response(state, handle, list(handle.session.steps))
     return await _json({**actions.session_answer(handle), **answer})
 

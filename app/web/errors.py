@@ -24,6 +24,7 @@ STATUS: dict[type[exc.MaskscopeError], int] = {
     exc.TokenRefused: 409,
     exc.SessionFinished: 409,
     exc.RunInProgress: 409,
+    exc.ModelNotConfigured: 409,
     exc.SessionNotFound: 404,
     exc.PermalinkNotFound: 404,
     exc.TooLarge: 413,

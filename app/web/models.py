@@ -10,7 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from app.doctor import DEFAULT_BUDGET_MS, MAX_BUDGET_MS
 from app.engine import PRESETS, ChatMessage, CompileOptions, GrammarKind, GrammarSpec, with_schema
 from app.exceptions import InvalidInput
-from app.settings import Settings
+from app.settings import LOCAL_MODEL_ID, Settings
 
 __all__ = [
     "ActionIn",
@@ -130,6 +130,11 @@ class SessionIn(_Strict):
     sampling: SamplingIn = Field(default_factory=SamplingIn)
     max_tokens: int = Field(default=256, ge=1, le=4096)
     top_k: int = Field(default=10, ge=1, le=100)
+    model: str = Field(
+        default=LOCAL_MODEL_ID,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        description="the model to run on: `local`, or a remote engine's id (GET /api/models)",
+    )
 
     def prompt_bytes(self) -> int:
         """The size of the prompt as sent: every message and the raw prompt, in UTF-8."""

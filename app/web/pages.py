@@ -159,24 +159,24 @@ async def permalink_page(request: Request, state: StateDep, snapshot_id: str) ->
         return not_found_page(
             request, "This permalink does not exist: check the link, or ask for a new one."
         )
-    engine = state.engine  # while the model loads, the page shows; opening the session is 503
     return _page(
         request,
         state,
         _prefill_from_request(snapshot["request"]),
         permalink=snapshot_id,
         trace_steps=sum(a.get("n", 1) for a in snapshot["actions"]),
-        differences=sharing.differences(snapshot, engine.model.identity) if engine else [],
+        # While the model loads, the page shows; opening the session is 503.
+        differences=sharing.differences(state, snapshot),
     )
 
 
 @router.post("/ui/permalinks/{snapshot_id}/open", response_class=HTMLResponse)
 async def open_permalink_fragment(
-    request: Request, state: StateDep, engine: EngineDep, snapshot_id: str
+    request: Request, state: StateDep, snapshot_id: str
 ) -> HTMLResponse:
     """The shared session reopened: every chip, the last step inspected, the status."""
     snapshot, _ = await sharing.load(state, snapshot_id)
-    handle = await sharing.open_snapshot(state, engine, snapshot)
+    handle = await sharing.open_snapshot(state, snapshot)
     answer = await actions.step_response(state, handle, [])
     steps = handle.session.steps
     parts = [
@@ -256,7 +256,7 @@ async def _step_parts(
 async def new_session(request: Request, state: StateDep, engine: EngineDep) -> HTMLResponse:
     """Open a session from the form: its output area, and the rendered prompt out of band."""
     form = await request.form()
-    handle = await actions.create_session(state, engine, form_session_request(form))
+    handle = await actions.create_session(state, form_session_request(form))
     answer = await actions.step_response(state, handle, [])
     parts = [
         ("partials/_session.html", {"handle": handle, "state": answer}),

@@ -7,7 +7,14 @@ import re
 from typing import Any
 
 from app.engine import ModelIdentity, Session
-from app.exceptions import InvalidInput, PermalinkNotFound, TokenRefused
+from app.exceptions import (
+    InvalidInput,
+    ModelNotConfigured,
+    NotReady,
+    PermalinkNotFound,
+    TokenRefused,
+)
+from app.settings import LOCAL_MODEL_ID
 from app.store.permalinks import ID_PATTERN
 from app.store.trace import canonical_actions, compress
 from app.web import actions
@@ -29,16 +36,22 @@ def _snapshot(
     request["sampling"] = dict(request["sampling"])
     if request["sampling"]["temperature"] == 0:
         request["sampling"]["seed"] = None  # greedy: the seed plays no part
+    if request.get("model") == LOCAL_MODEL_ID:
+        del request["model"]  # the default: left out, so that older snapshots keep their ids
+    versions = {
+        "xgrammar": identity.xgrammar,
+        "transformers": identity.transformers,
+        "torch": identity.torch,
+    }
+    # The local model: its id and weight hash; a remote engine: its id, served name, tokenizer
+    # hash and vLLM version.
+    model = {k: v for k, v in identity.to_dict().items() if k not in versions}
     return {
         "version": _VERSION,
         "request": request,
         "actions": trace,
-        "model": {"model_id": identity.model_id, "weights_sha256": identity.weights_sha256},
-        "versions": {
-            "xgrammar": identity.xgrammar,
-            "transformers": identity.transformers,
-            "torch": identity.torch,
-        },
+        "model": model,
+        "versions": versions,
     }
 
 
@@ -64,11 +77,29 @@ def snapshot_of_session(handle: SessionHandle) -> dict[str, Any]:
     return _snapshot(handle.request, trace, session.model.identity)
 
 
-def differences(snapshot: dict[str, Any], identity: ModelIdentity) -> list[str]:
-    """What differs between the model and libraries a snapshot was made with and these."""
+def _model_id(snapshot: dict[str, Any]) -> str:
+    return str(snapshot["request"].get("model", LOCAL_MODEL_ID))
+
+
+def differences(state: AppState, snapshot: dict[str, Any]) -> list[str]:
+    """What differs between the model and libraries a snapshot was made with and the ones its
+    model has here (nothing while that model is not ready; the model itself when missing)."""
+    model_id = _model_id(snapshot)
+    if model_id != LOCAL_MODEL_ID and model_id not in state.remotes.slots:
+        return [f"model: shared with {model_id!r}, which is not configured on this server"]
+    try:
+        identity = state.engine_for(model_id).model.identity
+    except NotReady:
+        return []
     now = identity.to_dict()
     recorded = {**snapshot["model"], **snapshot["versions"]}
-    labels = {"model_id": "model", "weights_sha256": "weights"}
+    labels = {
+        "model_id": "model",
+        "weights_sha256": "weights",
+        "served_name": "served model",
+        "tokenizer_sha256": "tokenizer",
+        "vllm": "vLLM",
+    }
     return [
         f"{labels.get(key, key)}: shared with {value}, this server has {now[key]}"
         for key, value in recorded.items()
@@ -100,10 +131,21 @@ def _replay_actions(session: Session, trace: list[dict[str, Any]]) -> None:
                 ) from None
 
 
-async def open_snapshot(state: AppState, engine: Any, snapshot: dict[str, Any]) -> SessionHandle:
-    """A new session from a snapshot's request, with its trace replayed."""
+async def open_snapshot(state: AppState, snapshot: dict[str, Any]) -> SessionHandle:
+    """A new session from a snapshot's request, on its model, with its trace replayed.
+
+    Raises:
+        ModelNotConfigured: the snapshot's model is not configured on this server.
+    """
+    model_id = _model_id(snapshot)
+    if model_id != LOCAL_MODEL_ID and model_id not in state.remotes.slots:
+        raise ModelNotConfigured(
+            f"this permalink was made on the model {model_id!r} "
+            f"({snapshot['model'].get('served_name', 'remote')}), which is not configured on "
+            'this server; open it on another model by removing "model" from its request'
+        )
     body = SessionIn.model_validate(snapshot["request"])
-    handle = await actions.create_session(state, engine, body)
+    handle = await actions.create_session(state, body)
     async with handle.lock:
         await state.pools.steps.run(_replay_actions, handle.session, snapshot["actions"])
     return handle
