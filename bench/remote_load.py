@@ -21,7 +21,8 @@ import threading
 import time
 
 import httpx
-from live_server import ROOT, free_port, live_server
+from live_server import free_port, live_server
+from load import _session_body as load_bench_body
 
 from app.engine.model import checkpoint_source
 from app.engine.remote.launch import DEFAULT_SERVED_NAME
@@ -30,15 +31,7 @@ from tests.vllm_server import VllmServer
 
 
 def _session_body(steps: int, model: str) -> dict[str, object]:
-    source = (ROOT / "schemas" / "pricing.json").read_text()
-    return {
-        "grammar": {"kind": "json_schema", "source": source},
-        "messages": [{"role": "system", "content": "You are a pricing analyst. Reply with JSON."},
-                     {"role": "user", "content": "Acme Corp's usage dropped 40%. Discount?"}],
-        "schema_in_prompt": True,
-        "max_tokens": steps,
-        "model": model,
-    }  # fmt: skip
+    return {**load_bench_body(steps), "model": model}
 
 
 def _run_session(base: str, steps: int, model: str, counts: list[int], errors: list[str]) -> None:

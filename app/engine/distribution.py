@@ -34,6 +34,7 @@ class MaskedDistribution:
             :meth:`rank_exact`).
         probs: softmax of the raw logits (temperature 1) when the whole vocabulary is known.
         known: raw probabilities of the tokens known, when only a top-K is.
+        top_k_ids: the tokens of that top-K (``known`` may also hold the token chosen or forced).
         reports_bounds: whether the record states its bounds (``inexact``): a remote engine's.
     """
 
