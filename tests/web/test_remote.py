@@ -51,8 +51,10 @@ def client(engine: Engine, proxy: TcpProxy, db_path: Path) -> Iterator[TestClien
     settings = _settings(db_path, spec_for(f"{proxy.root_url}/v1"), down)
     with TestClient(create_app(settings, engine=engine)) as test_client:
         deadline = time.monotonic() + _READY_S
-        while not _model(test_client, "vllm")["ready"]:
-            assert time.monotonic() < deadline, _model(test_client, "vllm")["reason"]
+        while not _model(test_client, "vllm")["ready"] or "connecting" in str(
+            _model(test_client, "down")["reason"]
+        ):
+            assert time.monotonic() < deadline, test_client.get("/api/models").json()
             time.sleep(0.5)
         yield test_client
 
