@@ -95,6 +95,11 @@ class SchemaTestResult:
         """The grammar lets through what the schema forbids, or refuses what it allows."""
         return self.schema is not None and self.schema.valid != self.grammar.passes
 
+    def verdicts(self) -> dict[str, bool | None]:
+        """The verdicts a permalink records: ``passed``, the grammar's, the schema's."""
+        schema = self.schema.valid if self.schema else None
+        return {"passed": self.passed, "grammar": self.grammar.passes, "schema": schema}
+
     def to_dict(self) -> dict[str, Any]:
         """The contract's result object (with the test's ``expect`` echoed)."""
         return {
