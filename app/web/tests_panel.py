@@ -15,7 +15,7 @@ from app.web.models import SchemaTestsIn, check_test_sizes
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(include_in_schema=False)
 
 
 def _listed(raw: str) -> tuple[list[Any], list[Any]]:
