@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from app.doctor.serialize import normalize
+from app.doctor.witnesses import ValidateMany
 from app.engine import CompileResult, Engine, Validation
 from app.engine.validation import validate_output
 from app.exceptions import ReplayTooLong
 from app.schematests.records import GrammarVerdict, SchemaTest, SchemaTestResult
 
-__all__ = ["ValidateMany", "run_tests"]
-
-#: Validates texts with the Pydantic model in one sandbox process: ``Sandbox.validate_many``
-#: with the source and root model bound.
-ValidateMany = Callable[[Sequence[str]], list[Validation]]
+__all__ = ["run_tests"]
 
 
 def _verdict(engine: Engine, grammar: CompileResult, text: str, index: int) -> GrammarVerdict:

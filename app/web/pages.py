@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
@@ -25,6 +24,7 @@ from app.web.models import (
     SchemaTestsIn,
     SessionIn,
     check_test_sizes,
+    listed_tests,
 )
 from app.web.sessions import SessionHandle
 from app.web.state import AppState
@@ -205,10 +205,7 @@ async def share_fragment(
 ) -> HTMLResponse:
     """Store the session as a permalink, with the Tests panel's tests (the form's ``tests``,
     a JSON list) and their verdicts; the link, ready to copy."""
-    try:
-        listed = json.loads(str((await request.form()).get("tests") or "[]"))
-    except json.JSONDecodeError as error:
-        raise InvalidInput(f"tests: not JSON ({error.msg})", pointer="/tests") from None
+    listed, _ = listed_tests(str((await request.form()).get("tests") or ""))
     body: SchemaTestsIn = _validated(
         SchemaTestsIn, {"grammar": handle.request["grammar"], "tests": listed}
     )

@@ -2,40 +2,23 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from app.exceptions import InvalidInput
 from app.web import pages, schema_tests
 from app.web.deps import EngineDep, StateDep
-from app.web.models import SchemaTestsIn, check_test_sizes
+from app.web.models import SchemaTestsIn, check_test_sizes, listed_tests
 
 __all__ = ["router"]
 
 router = APIRouter(include_in_schema=False)
 
 
-def _listed(raw: str) -> tuple[list[Any], list[Any]]:
-    """The page's tests (a JSON list of ``{"text", "expect", "recorded"?}``) and, apart, the
-    verdicts recorded at share time for the tests that came from a permalink."""
-    try:
-        listed = json.loads(raw or "[]")
-    except json.JSONDecodeError as error:
-        raise InvalidInput(f"tests: not JSON ({error.msg})", pointer="/tests") from None
-    if not isinstance(listed, list):
-        raise InvalidInput("tests: a list of tests", pointer="/tests")
-    recorded = [t.pop("recorded", None) if isinstance(t, dict) else None for t in listed]
-    return listed, recorded
-
-
 @router.post("/ui/tests", response_class=HTMLResponse)
 async def tests_fragment(request: Request, state: StateDep, engine: EngineDep) -> HTMLResponse:
     """The Tests panel's table for the form's grammar and the tests it sends (``tests``)."""
     form = await request.form()
-    listed, recorded = _listed(str(form.get("tests") or ""))
+    listed, recorded = listed_tests(str(form.get("tests") or ""))
     body: SchemaTestsIn = pages._validated(
         SchemaTestsIn, {"grammar": pages._grammar(form), "tests": listed}
     )
