@@ -40,7 +40,7 @@ V1_FIELDS = frozenset(
                 "separators",
                 "max_whitespace_cnt",
                 "root_model",
-            )  # fmt: skip
+            )
         ),
         "request.messages",
         "request.messages[].role",
