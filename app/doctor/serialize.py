@@ -15,7 +15,8 @@ from app.engine.grammar import CompileOptions
 
 __all__ = ["as_grammar_writes", "in_schema_order", "normalize", "separators_of"]
 
-_MAX_DEPTH = 64
+#: Subschemas visited to order one document, at most.
+_BUDGET = 20_000
 
 
 def separators_of(options: CompileOptions) -> tuple[str, str]:
@@ -35,49 +36,60 @@ def as_grammar_writes(value: Any, options: CompileOptions) -> str:
     return json.dumps(value, indent=indent, separators=separators_of(options), ensure_ascii=False)
 
 
-def _flatten(root: Any, node: Any, value: Any, depth: int) -> dict[str, Any]:
-    """``$ref`` and ``allOf`` folded in, and the ``anyOf``/``oneOf`` branch that fits ``value``
-    best (for an object: the one declaring most of its keys; the first on a tie)."""
-    if not isinstance(node, dict) or depth > _MAX_DEPTH:
-        return {}
-    flat = dict(node)
-    if "$ref" in flat:
-        target = resolve_ref(root, flat.pop("$ref"))
-        if target is not None:
-            flat = {**_flatten(root, target[1], value, depth + 1), **flat}
-    for branch in flat.pop("allOf", None) or []:
-        merged = _flatten(root, branch, value, depth + 1)
-        properties = {**(merged.get("properties") or {}), **(flat.get("properties") or {})}
-        flat = {**merged, **flat, "properties": properties}
-    for key in ("anyOf", "oneOf"):
-        branches = [_flatten(root, b, value, depth + 1) for b in flat.pop(key, None) or []]
-        if branches:
-            keys = set(value) if isinstance(value, dict) else set()
-            best = max(branches, key=lambda b: len(keys & set(b.get("properties") or {})))
-            flat = {**best, **flat}
-    return flat
+class _Orderer:
+    """Puts a document's keys in its schema's order, within a budget of subschemas visited
+    (``anyOf`` branches that ``$ref`` one another could otherwise multiply without end)."""
 
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self.budget = _BUDGET
 
-def _ordered(root: Any, node: Any, value: Any, depth: int) -> Any:
-    if not isinstance(value, dict | list) or depth > _MAX_DEPTH:
-        return value
-    flat = _flatten(root, node, value, depth)
-    if isinstance(value, list):
-        prefix = flat.get("prefixItems") or []
-        items = flat.get("items")
-        return [
-            _ordered(root, prefix[i] if i < len(prefix) else items, item, depth + 1)
-            for i, item in enumerate(value)
-        ]
-    found = flat.get("properties")
-    properties: dict[str, Any] = found if isinstance(found, dict) else {}
-    additional = flat.get("additionalProperties")
-    declared = [name for name in properties if name in value]
-    rest = [name for name in value if name not in properties]
-    return {
-        **{name: _ordered(root, properties[name], value[name], depth + 1) for name in declared},
-        **{name: _ordered(root, additional, value[name], depth + 1) for name in rest},
-    }
+    def flatten(self, node: Any, value: Any, refs: frozenset[str]) -> dict[str, Any]:
+        """``$ref`` and ``allOf`` folded in, and the ``anyOf``/``oneOf`` branch that fits
+        ``value`` best (for an object: the one declaring most of its keys; the first on a tie).
+        A ``$ref`` already being followed is not followed again."""
+        self.budget -= 1
+        if not isinstance(node, dict) or self.budget < 0:
+            return {}
+        flat = dict(node)
+        ref = flat.pop("$ref", None)
+        if isinstance(ref, str) and ref not in refs:
+            target = resolve_ref(self.root, ref)
+            if target is not None:
+                flat = {**self.flatten(target[1], value, refs | {ref}), **flat}
+        for branch in flat.pop("allOf", None) or []:
+            merged = self.flatten(branch, value, refs)
+            properties = {**(merged.get("properties") or {}), **(flat.get("properties") or {})}
+            flat = {**merged, **flat, "properties": properties}
+        for key in ("anyOf", "oneOf"):
+            branches = [self.flatten(b, value, refs) for b in flat.pop(key, None) or []]
+            if branches:
+                keys = set(value) if isinstance(value, dict) else set()
+                best = max(branches, key=lambda b: len(keys & set(b.get("properties") or {})))
+                flat = {**best, **flat}
+        return flat
+
+    def ordered(self, node: Any, value: Any) -> Any:
+        """``value`` (valid under ``node`` or not) with its objects' keys in schema order."""
+        if not isinstance(value, dict | list):
+            return value
+        flat = self.flatten(node, value, frozenset())
+        if isinstance(value, list):
+            prefix = flat.get("prefixItems") or []
+            items = flat.get("items")
+            return [
+                self.ordered(prefix[i] if i < len(prefix) else items, item)
+                for i, item in enumerate(value)
+            ]
+        found = flat.get("properties")
+        properties: dict[str, Any] = found if isinstance(found, dict) else {}
+        additional = flat.get("additionalProperties")
+        declared = [name for name in properties if name in value]
+        rest = [name for name in value if name not in properties]
+        return {
+            **{name: self.ordered(properties[name], value[name]) for name in declared},
+            **{name: self.ordered(additional, value[name]) for name in rest},
+        }
 
 
 def in_schema_order(value: Any, schema: Any) -> Any:
@@ -87,7 +99,7 @@ def in_schema_order(value: Any, schema: Any) -> Any:
     Local ``$ref``s and ``allOf`` are followed; under ``anyOf``/``oneOf`` the branch declaring
     most of an object's keys gives the order.
     """
-    return _ordered(schema, schema, value, 0)
+    return _Orderer(schema).ordered(schema, value)
 
 
 def _no_constants(name: str) -> Any:

@@ -4,9 +4,12 @@ the schema, on the real model's tokenizer and real xgrammar."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from fastapi.testclient import TestClient
+
+from app.doctor.serialize import in_schema_order
 
 PERSON = {
     "type": "object",
@@ -215,3 +218,16 @@ def test_bad_input_is_a_4xx_that_says_where(client: TestClient) -> None:
     assert response.json()["error"]["pointer"] == "/tests/0/expect"
     broken = {"grammar": {"kind": "json_schema", "source": "{"}, "tests": []}
     assert client.post("/api/tests", json=broken).status_code == 422
+
+
+def test_branches_that_refer_to_each_other_are_ordered_in_bounded_time() -> None:
+    defs: dict[str, Any] = {
+        f"D{i}": {"anyOf": [{"$ref": f"#/$defs/D{i + 1}"}] * 2} for i in range(40)
+    }
+    defs["D40"] = {"anyOf": [{"$ref": "#/$defs/D0"}, {"properties": {"b": {}, "a": {}}}]}
+    schema = {"$ref": "#/$defs/D0", "$defs": defs}
+    value = {"a": [{"a": 1, "b": 2}] * 50, "b": 2}
+    started = time.perf_counter()
+    ordered = in_schema_order(value, schema)
+    assert time.perf_counter() - started < 5
+    assert list(ordered) == ["b", "a"] and ordered == value
