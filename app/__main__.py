@@ -1,4 +1,4 @@
-"""Command line: ``python -m app serve|trace|replay|doctor`` (see ``python -m app --help``)."""
+"""Command line: ``python -m app serve|trace|replay|doctor|test`` (see ``python -m app --help``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from app.exceptions import MaskscopeError
 if TYPE_CHECKING:
     from app.doctor import DoctorReport, PydanticSource
     from app.engine import CompileOptions, GrammarSpec, StepRecord
+    from app.schematests import SchemaTestResult
 
 _KIND_BY_SUFFIX = {".json": "json_schema", ".py": "pydantic", ".ebnf": "ebnf", ".regex": "regex"}
 _KINDS = ("json_schema", "pydantic", "ebnf", "regex")
@@ -61,6 +62,13 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--budget-ms", type=int, help="time the search may take (default 2000)")
     doctor.add_argument("--max-tokens", type=int, help="flag it when below the shortest document")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    test = commands.add_parser("test", help="run a schema's unit tests; exit 1 on a failed one")
+    _grammar_arguments(test)
+    test.add_argument(
+        "--tests", required=True, type=Path, help='JSON Lines: {"text", "expect"} a line'
+    )
+    test.add_argument("--json", action="store_true", help="JSON Lines: one result a line")
     return parser
 
 
@@ -294,6 +302,44 @@ def _doctor_text(report: DoctorReport) -> str:
     return "\n".join(lines)
 
 
+def _test(args: argparse.Namespace) -> int:
+    from app.engine import Engine
+    from app.schematests import read_tests, run_tests
+    from app.settings import Settings
+
+    tests = read_tests(args.tests.read_text(encoding="utf-8"))
+    spec, pydantic = _resolve(args)
+    engine = Engine.load(Settings())
+    try:
+        validate = pydantic.validate_many if pydantic else None
+        results = run_tests(engine, engine.compile(spec), tests, validate_many=validate)
+    finally:
+        engine.close()
+    failed = sum(not r.passed for r in results)
+    disagree = sum(r.disagree for r in results)
+    for index, result in enumerate(results):
+        line = {"index": index, "text": result.test.text, **result.to_dict()}
+        print(json.dumps(line, ensure_ascii=False) if args.json else _test_line(index, result))
+    summary = {"passed": len(results) - failed, "failed": failed, "disagree": disagree}
+    print(json.dumps(summary) if args.json else ", ".join(f"{n} {k}" for k, n in summary.items()))
+    return 1 if failed else 0
+
+
+def _test_line(index: int, result: SchemaTestResult) -> str:
+    """One test for a terminal: verdict, expectation, grammar, schema, and the text judged."""
+    grammar = result.grammar
+    said = "accepts" if grammar.passes else "incomplete" if grammar.accepted else "refuses"
+    if grammar.rejection:
+        said += f" at offset {grammar.rejection.offset}"
+    schema = "-" if result.schema is None else "valid" if result.schema.valid else "invalid"
+    text = result.normalized if result.normalized is not None else result.test.text
+    return (
+        f"{'PASS' if result.passed else 'FAIL'} {index:>3}  expect {result.test.expect.value:<4}"
+        f"  grammar {said:<22} schema {schema:<7}{'  DISAGREE' if result.disagree else ''}"
+        f"  {json.dumps(text, ensure_ascii=False)[:80]}"
+    )
+
+
 def _serve(args: argparse.Namespace) -> int:
     import logging
 
@@ -324,6 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _trace(args)
         if args.command == "doctor":
             return _doctor(args)
+        if args.command == "test":
+            return _test(args)
         return _replay(args)
     except MaskscopeError as exc:
         located = {k: v for k, v in exc.to_dict().items() if k in {"line", "column", "pointer"}}

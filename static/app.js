@@ -201,7 +201,8 @@
       $("#toast").innerHTML = '<div class="toast-body">Step or run first: a permalink holds a session.</div>';
       return;
     }
-    await htmx.ajax("POST", `/ui/sessions/${ui.sessionId}/share`, { target: "#share-result", swap: "innerHTML" });
+    const tests = window.maskscopeTests ? window.maskscopeTests.json() : "[]";  // static/tests.js
+    await htmx.ajax("POST", `/ui/sessions/${ui.sessionId}/share`, { target: "#share-result", swap: "innerHTML", values: { tests } });
     const link = $("#share-result .share-link");
     if (!link) return;
     const input = link.querySelector("input");

@@ -11,7 +11,7 @@ from app.engine.masking import new_masking
 from app.engine.model import LoadedModel, load_model
 from app.engine.prompt import ChatMessage, render_prompt
 from app.engine.records import ReplayResult
-from app.engine.replay import replay
+from app.engine.replay import replay, verdict
 from app.engine.sampling import SamplingParams
 from app.engine.session import Session
 from app.exceptions import InvalidInput
@@ -110,6 +110,17 @@ class Engine:
             token_ids=token_ids,
             bitmask_for=bitmask_for,
             max_tokens=self.settings.replay_token_cap,
+        )
+
+    def verdict(self, grammar: CompileResult, text: str) -> ReplayResult:
+        """What :meth:`replay` says of ``text`` (accepted, complete, rejection), without the
+        per-token states (``tokens`` is empty): a mask only where the grammar refuses.
+
+        Raises:
+            ReplayTooLong: more tokens than ``settings.replay_token_cap``.
+        """
+        return verdict(
+            grammar, self.model.tokens, text=text, max_tokens=self.settings.replay_token_cap
         )
 
     def close(self) -> None:

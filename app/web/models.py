@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from app.doctor import DEFAULT_BUDGET_MS, MAX_BUDGET_MS
 from app.engine import PRESETS, ChatMessage, CompileOptions, GrammarKind, GrammarSpec, with_schema
-from app.exceptions import InvalidInput
+from app.exceptions import InvalidInput, TooLarge
+from app.schematests import MAX_TESTS, MAX_TEXT_BYTES, Expect, SchemaTest
 from app.settings import Settings
 
 __all__ = [
@@ -23,7 +25,11 @@ __all__ = [
     "PermalinkIn",
     "ReplayIn",
     "SamplingIn",
+    "SchemaTestIn",
+    "SchemaTestsIn",
     "SessionIn",
+    "check_test_sizes",
+    "listed_tests",
 ]
 
 MAX_SOURCE_CHARS = 256 * 1024
@@ -166,6 +172,47 @@ class SessionIn(_Strict):
         return messages
 
 
+class SchemaTestIn(_Strict):
+    """A schema unit test: a document and whether the grammar must pass or fail it."""
+
+    text: Text = Field(
+        json_schema_extra={"maxLength": MAX_TEXT_BYTES},
+        description=f"at most {MAX_TEXT_BYTES} bytes in UTF-8 (413 beyond)",
+    )
+    expect: Literal["pass", "fail"]
+
+    def to_test(self) -> SchemaTest:
+        """The engine's test."""
+        return SchemaTest(self.text, Expect(self.expect))
+
+
+def check_test_sizes(tests: list[SchemaTestIn], *, at: str = "/tests") -> None:
+    """Refuse a test text above :data:`MAX_TEXT_BYTES` (413, with its pointer)."""
+    for index, test in enumerate(tests):
+        size = len(test.text.encode("utf-8"))
+        if size > MAX_TEXT_BYTES:
+            raise TooLarge(
+                f"test {index} is {size} bytes; a test may hold {MAX_TEXT_BYTES}",
+                pointer=f"{at}/{index}/text",
+            )
+
+
+def listed_tests(raw: str) -> tuple[list[Any], list[Any]]:
+    """The page's tests (a JSON list of ``{"text", "expect", "recorded"?}``) and, apart, the
+    verdicts recorded at share time for the tests that came from a permalink."""
+    try:
+        listed = json.loads(raw or "[]")
+    except json.JSONDecodeError as error:
+        raise InvalidInput(f"tests: not JSON ({error.msg})", pointer="/tests") from None
+    if not isinstance(listed, list):
+        raise InvalidInput("tests: a list of tests", pointer="/tests")
+    recorded = [t.pop("recorded", None) if isinstance(t, dict) else None for t in listed]
+    return listed, recorded
+
+
+SchemaTests = Annotated[list[SchemaTestIn], Field(max_length=MAX_TESTS)]
+
+
 class ActionIn(_Strict):
     """One thing done to a session, for a permalink's trace."""
 
@@ -182,9 +229,12 @@ class ActionIn(_Strict):
 
 
 class PermalinkIn(SessionIn):
-    """A session request and the trace to replay on it."""
+    """A session request, the trace to replay on it, and the schema's unit tests."""
 
     actions: list[ActionIn] = Field(default_factory=list, max_length=4096)
+    tests: SchemaTests = Field(
+        default_factory=list, description="schema unit tests kept with the link"
+    )
 
 
 class CountIn(_Strict):
@@ -239,3 +289,10 @@ class DoctorIn(_Strict):
     max_tokens: int | None = Field(
         default=None, ge=1, le=4096, description="flagged when below the shortest document"
     )
+
+
+class SchemaTestsIn(_Strict):
+    """Schema unit tests to run on a grammar."""
+
+    grammar: GrammarIn
+    tests: SchemaTests

@@ -17,7 +17,15 @@ from app.exceptions import GrammarError, InvalidInput, PermalinkNotFound
 from app.web import actions, doctor, sharing
 from app.web.deps import EngineDep, HandleDep, StateDep
 from app.web.errors import not_found_page
-from app.web.models import DoctorIn, GrammarIn, ReplayIn, SessionIn
+from app.web.models import (
+    DoctorIn,
+    GrammarIn,
+    ReplayIn,
+    SchemaTestsIn,
+    SessionIn,
+    check_test_sizes,
+    listed_tests,
+)
 from app.web.sessions import SessionHandle
 from app.web.state import AppState
 
@@ -138,6 +146,7 @@ def _page(request: Request, state: AppState, prefill: dict[str, Any], **extra: A
         "example_id": None,
         "permalink": None,
         "differences": [],
+        "shared_tests": [],
         **extra,
     }
     return _render(state, request, "pages/playground.html", context)
@@ -167,6 +176,7 @@ async def permalink_page(request: Request, state: StateDep, snapshot_id: str) ->
         permalink=snapshot_id,
         trace_steps=sum(a.get("n", 1) for a in snapshot["actions"]),
         differences=sharing.differences(snapshot, engine.model.identity) if engine else [],
+        shared_tests=snapshot.get("tests") or [],
     )
 
 
@@ -190,11 +200,20 @@ async def open_permalink_fragment(
 
 
 @router.post("/ui/sessions/{session_id}/share", response_class=HTMLResponse)
-async def share_fragment(request: Request, state: StateDep, handle: HandleDep) -> HTMLResponse:
-    """Store the session as a permalink; the link, ready to copy."""
+async def share_fragment(
+    request: Request, state: StateDep, engine: EngineDep, handle: HandleDep
+) -> HTMLResponse:
+    """Store the session as a permalink, with the Tests panel's tests (the form's ``tests``,
+    a JSON list) and their verdicts; the link, ready to copy."""
+    listed, _ = listed_tests(str((await request.form()).get("tests") or ""))
+    body: SchemaTestsIn = _validated(
+        SchemaTestsIn, {"grammar": handle.request["grammar"], "tests": listed}
+    )
+    check_test_sizes(body.tests)
+    tests = await sharing.recorded_tests(state, engine, body.grammar, body.tests)
 
     def store() -> tuple[str, bool]:
-        return state.store.put(sharing.snapshot_of_session(handle))
+        return state.store.put(sharing.snapshot_of_session(handle, tests=tests))
 
     snapshot_id, _ = await asyncio.to_thread(store)
     context = {"url": f"{request.base_url}s/{snapshot_id}", "path": f"/s/{snapshot_id}",

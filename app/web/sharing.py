@@ -4,24 +4,69 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Sequence
 from typing import Any
 
-from app.engine import ModelIdentity, Session
+from app.engine import Engine, ModelIdentity, Session
 from app.exceptions import InvalidInput, PermalinkNotFound, TokenRefused
 from app.store.permalinks import ID_PATTERN
+from app.store.snapshot_format import field_defaults, without_defaults
 from app.store.trace import canonical_actions, compress
-from app.web import actions
-from app.web.models import OptionsIn, PermalinkIn, SessionIn
+from app.web import actions, schema_tests
+from app.web.models import GrammarIn, OptionsIn, PermalinkIn, SchemaTestIn, SessionIn
 from app.web.sessions import SessionHandle
 from app.web.state import AppState
 
-__all__ = ["differences", "load", "open_snapshot", "snapshot_of_request", "snapshot_of_session"]
+__all__ = [
+    "differences",
+    "load",
+    "open_snapshot",
+    "recorded_tests",
+    "snapshot_of_request",
+    "snapshot_of_session",
+    "test_results",
+]
 
 _VERSION = 1
+#: Fields added to the format since version 1 are left out at these values (see
+#: :mod:`app.store.snapshot_format`).
+_DEFAULTS = {**field_defaults(SessionIn, at="request"), "tests": []}
+
+
+async def recorded_tests(
+    state: AppState, engine: Engine, grammar: GrammarIn, tests: Sequence[SchemaTestIn]
+) -> list[dict[str, Any]]:
+    """The tests as a snapshot keeps them: text, expectation, and the verdicts at share time
+    (``passed``, the grammar's and the schema's)."""
+    if not tests:
+        return []
+    results = await schema_tests.run(state, engine, grammar, tests)
+    return [{**r.test.to_dict(), "recorded": r.verdicts()} for r in results]
+
+
+async def test_results(
+    state: AppState, engine: Engine, snapshot: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The snapshot's tests judged again here; ``differs`` says a verdict is not the one
+    recorded at share time."""
+    stored = snapshot.get("tests") or []
+    if not stored:
+        return []
+    grammar = GrammarIn.model_validate(snapshot["request"]["grammar"])
+    tests = [SchemaTestIn(text=t["text"], expect=t["expect"]) for t in stored]
+    results = await schema_tests.run(state, engine, grammar, tests)
+    return [
+        {**r.to_dict(), "text": t["text"], "recorded": t.get("recorded"),
+         "differs": t.get("recorded") != r.verdicts()}
+        for r, t in zip(results, stored, strict=True)
+    ]  # fmt: skip
 
 
 def _snapshot(
-    request: dict[str, Any], trace: list[dict[str, Any]], identity: ModelIdentity
+    request: dict[str, Any],
+    trace: list[dict[str, Any]],
+    identity: ModelIdentity,
+    tests: list[dict[str, Any]],
 ) -> dict[str, Any]:
     grammar = request["grammar"]
     options = OptionsIn.model_validate(grammar.get("options") or {}).echo()
@@ -29,7 +74,7 @@ def _snapshot(
     request["sampling"] = dict(request["sampling"])
     if request["sampling"]["temperature"] == 0:
         request["sampling"]["seed"] = None  # greedy: the seed plays no part
-    return {
+    content = {
         "version": _VERSION,
         "request": request,
         "actions": trace,
@@ -39,12 +84,19 @@ def _snapshot(
             "transformers": identity.transformers,
             "torch": identity.torch,
         },
+        "tests": tests,
     }
+    return without_defaults(content, _DEFAULTS)
 
 
-def snapshot_of_request(body: PermalinkIn, identity: ModelIdentity) -> dict[str, Any]:
+def snapshot_of_request(
+    body: PermalinkIn, identity: ModelIdentity, *, tests: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """The canonical snapshot of a permalink request (defaults filled, trace canonical, built
     in time linear in the actions: run it off the event loop all the same).
+
+    Args:
+        tests: the request's tests as :func:`recorded_tests` gives them.
 
     Raises:
         InvalidInput: sampling without a seed, which could not be reproduced.
@@ -53,15 +105,19 @@ def snapshot_of_request(body: PermalinkIn, identity: ModelIdentity) -> dict[str,
         raise InvalidInput(
             "a sampled trace needs its seed to be reproduced", pointer="/sampling/seed"
         )
-    request = SessionIn.model_validate(body.model_dump(exclude={"actions"})).model_dump(mode="json")
-    return _snapshot(request, canonical_actions(body.actions), identity)
+    session = body.model_dump(exclude={"actions", "tests"})
+    request = SessionIn.model_validate(session).model_dump(mode="json")
+    return _snapshot(request, canonical_actions(body.actions), identity, tests or [])
 
 
-def snapshot_of_session(handle: SessionHandle) -> dict[str, Any]:
-    """The canonical snapshot of a live session: its request and the steps it holds now."""
+def snapshot_of_session(
+    handle: SessionHandle, *, tests: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The canonical snapshot of a live session: its request and the steps it holds now, and
+    its tests as :func:`recorded_tests` gives them."""
     session = handle.session
     trace = compress(s.token_id if s.forced else None for s in session.steps)
-    return _snapshot(handle.request, trace, session.model.identity)
+    return _snapshot(handle.request, trace, session.model.identity, tests or [])
 
 
 def differences(snapshot: dict[str, Any], identity: ModelIdentity) -> list[str]:
@@ -100,7 +156,7 @@ def _replay_actions(session: Session, trace: list[dict[str, Any]]) -> None:
                 ) from None
 
 
-async def open_snapshot(state: AppState, engine: Any, snapshot: dict[str, Any]) -> SessionHandle:
+async def open_snapshot(state: AppState, engine: Engine, snapshot: dict[str, Any]) -> SessionHandle:
     """A new session from a snapshot's request, with its trace replayed."""
     body = SessionIn.model_validate(snapshot["request"])
     handle = await actions.create_session(state, engine, body)
