@@ -7,6 +7,7 @@ from playwright.sync_api import Dialog, Page, expect
 
 from app.engine.masking import XGrammarMasking
 from tests.browser.conftest import ARTIFACTS
+from tests.web.test_pages import PLAYGROUND_SCRIPTS
 
 
 def _lit_cells(page: Page) -> int:
@@ -138,8 +139,8 @@ def test_a_hostile_permalink_renders_inert(page: Page, live_server: str) -> None
     assert page.locator("#source").input_value() == PAYLOAD
     scripts = page.evaluate("() => [...document.scripts].map((s) => s.src || s.id)")
     assert [s.rsplit("/", 1)[-1] for s in scripts] == [  # the page's own, none from the snapshot
-        "htmx.min.js", "htmx-ext-sse.min.js", "codemirror.min.js", "app.js", "presets",
-        "export.js",
+        "htmx.min.js", "htmx-ext-sse.min.js", "codemirror.min.js",
+        *[f"{name}.js" for name in PLAYGROUND_SCRIPTS], "app.js", "presets", "export.js",
     ]  # fmt: skip
     page.click("#tok-3")
     expect(page.locator("#inspector")).to_have_attribute("data-index", "3")
