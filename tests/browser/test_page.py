@@ -236,3 +236,37 @@ def test_5_forced_and_mask_changed_chips_look_different(page: Page, live_server:
     page.check("#filter-changed")
     expect(page.locator("#tokens .chip:visible")).to_have_count(changed.count())
     _shot(page, "page-5-chip-kinds")
+
+
+def test_7_a_model_with_a_validator_compiles_with_a_notice(page: Page, live_server: str) -> None:
+    from tests.sandbox.test_check import VALIDATED
+
+    page.goto(live_server)
+    page.click("text=Pydantic")
+    page.evaluate("(text) => MS.setSource(text)", VALIDATED + "# " + "long line " * 40 + "\n")
+    notice = page.locator("#compile-result .stripped-notice")
+    expect(notice).to_contain_text("Answer.check_reason (@field_validator, @classmethod)")
+    expect(notice).to_contain_text("the final validation of the output runs the model without them")
+    expect(page.locator("#compile-result details.derived")).not_to_have_attribute("open", "")
+    expect(page.locator("#compile-result .grammar-text")).to_be_visible()  # not pushed away
+    editor = page.locator("#editor").bounding_box()
+    assert editor and editor["height"] >= 300
+    assert page.evaluate("getComputedStyle(document.querySelector('#editor')).resize") == "vertical"
+    long_line = page.locator("#editor .cm-line").filter(has_text="long line").bounding_box()
+    assert long_line and long_line["height"] > 30  # wrapped onto several rows, not scrolled away
+    _shot(page, "page-7-validator")
+
+
+def test_7_copy_output_copies_the_text(page: Page, live_server: str) -> None:
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.goto(live_server)
+    _pick(page, "nested")
+    page.fill('input[name="max_tokens"]', "6")
+    page.locator("header.topbar").click()
+    page.keyboard.press(" ")
+    expect(page.locator("#status")).to_have_attribute("data-done", "true")
+    page.click("#btn-copy-output")
+    expect(page.locator("#btn-copy-output")).to_have_text("Copied")
+    copied = page.evaluate("() => navigator.clipboard.readText()")
+    assert copied == page.locator("#btn-copy-output").get_attribute("data-copied")
+    assert copied.startswith('{"user": {')
