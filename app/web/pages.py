@@ -19,6 +19,7 @@ from app.web import actions, doctor, sharing
 from app.web.deps import EngineDep, HandleDep, StateDep
 from app.web.errors import not_found_page
 from app.web.models import DoctorIn, GrammarIn, ReplayIn, SessionIn
+from app.web.replay_cause import replay_cause
 from app.web.sessions import SessionHandle
 from app.web.state import AppState
 
@@ -367,7 +368,9 @@ async def replay_fragment(request: Request, state: StateDep, engine: EngineDep) 
     """Replay the text against the form's grammar (no bitmasks: a click fetches one)."""
     body = await _replay_form(request)
     result = await actions.replay(state, engine, body)
-    return _render(state, request, "partials/_replay.html", {"result": result, "text": body.text})
+    cause, accepted_by = await replay_cause(state, engine, body, result)
+    context = {"result": result, "text": body.text, "cause": cause, "accepted_by": accepted_by}
+    return _render(state, request, "partials/_replay.html", context)
 
 
 @router.post("/ui/replay/{index}", response_class=HTMLResponse)

@@ -270,3 +270,37 @@ def test_7_copy_output_copies_the_text(page: Page, live_server: str) -> None:
     copied = page.evaluate("() => navigator.clipboard.readText()")
     assert copied == page.locator("#btn-copy-output").get_attribute("data-copied")
     assert copied.startswith('{"user": {')
+
+
+def test_6_a_pretty_printed_replay_names_whitespace_as_the_cause(
+    page: Page, live_server: str
+) -> None:
+    page.goto(live_server)
+    _pick(page, "nested")
+    page.click("text=Replay")
+    page.fill("#replay-text", '{\n  "user": {"id": 42}\n}')
+    page.click("#btn-replay")
+    cause = page.locator("#replay-result .replay-cause")
+    expect(cause).to_contain_text("a newline at offset 1 is refused by the compile options")
+    expect(cause).to_contain_text("any_whitespace=false")
+    expect(cause).to_contain_text("accept this whitespace (any_whitespace=true)")
+    expect(cause).to_contain_text("vLLM default")
+    expect(page.locator("#replay-result mark")).to_have_text("↵")
+    expect(page.locator("#replay-result mark")).to_be_in_viewport()
+    _shot(page, "page-6-replay-whitespace")
+
+
+def test_6_an_enum_refusal_lists_the_values_and_marks_the_schema_line(
+    page: Page, live_server: str
+) -> None:
+    page.goto(live_server)
+    _pick(page, "risk")
+    page.click("text=Replay")
+    page.fill("#replay-text", '{"factors": [{"explanation": "x", "severity": "critical"')
+    page.click("#btn-replay")
+    cause = page.locator("#replay-result .replay-cause")
+    expect(cause).to_contain_text('must be one of "low" | "medium" | "high" (enum)')
+    line = page.locator("#replay-result").get_attribute("data-schema-line")
+    assert line and int(line) > 1
+    expect(page.locator("#editor .cm-lint-marker-warning")).to_have_count(1)
+    _shot(page, "page-6-replay-enum")
