@@ -9,6 +9,7 @@
   function configChanged(recompile) {
     ui.dirty = true;
     if (recompile) htmx.trigger(document.body, "compile");
+    if (recompile && ui.replayDiagnostics && ui.replayDiagnostics.length) MS.markReplayLine(0, "");
     if (ui.sessionId) markStale();
   }
 
