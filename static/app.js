@@ -63,7 +63,8 @@
     document.addEventListener("click", (event) => {
       const forceButton = event.target.closest("#inspector button.force");
       if (forceButton) {
-        MS.enqueue(() => MS.force(Number(forceButton.dataset.tokenId), Number(forceButton.dataset.at)));
+        const { tokenId, at, allowed } = forceButton.dataset;
+        MS.enqueue(() => MS.force(Number(tokenId), Number(at), allowed === "true"));
         return;
       }
       const chip = event.target.closest(".chip");

@@ -103,11 +103,12 @@
 
   // Forcing at an earlier step replaces that token and drops the ones after it: ask first, and
   // remember them so that Back can bring them back (back, then the same steps and forces again:
-  // the draw at step i depends only on the seed and i, so the same tokens come back).
-  async function force(tokenId, at) {
+  // the draw at step i depends only on the seed and i, so the same tokens come back). A token the
+  // mask blocks is refused by the server with the reason and changes nothing: no question then.
+  async function force(tokenId, at, allowed = true) {
     const chips = $$("#tokens .chip");
     const later = chips.slice(at);
-    if (later.length > 1) {
+    if (allowed && later.length > 1) {
       const ok = window.confirm(`Forcing here replaces token #${at} and discards the ${later.length - 1} tokens after it. ← Back right after brings them back. Force?`);
       if (!ok) return;
     }
