@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Dialog, Page, expect
+from playwright.sync_api import Dialog, Locator, Page, expect
 
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.test_playground import _lit_cells
@@ -27,6 +27,16 @@ def _shot(page: Page, name: str) -> None:
 def _pick(page: Page, example: str) -> None:
     page.select_option("#example", example)
     expect(page.locator("#compile-result .stats")).to_contain_text("compiled")
+
+
+def _run(page: Page, live_server: str, example: str, max_tokens: int) -> None:
+    """Pick an example and run it to the end (space, the keys on the page) under a token cap."""
+    page.goto(live_server)
+    _pick(page, example)
+    page.fill('input[name="max_tokens"]', str(max_tokens))
+    page.locator("header.topbar").click()
+    page.keyboard.press(" ")
+    expect(page.locator("#status")).to_have_attribute("data-done", "true")
 
 
 def _mask_drawn(page: Page) -> None:
@@ -88,12 +98,7 @@ def test_2_a_two_token_step_lists_both_tokens(page: Page, live_server: str) -> N
 
 
 def test_2_a_large_mask_is_summarised_by_what_it_blocks(page: Page, live_server: str) -> None:
-    page.goto(live_server)
-    _pick(page, "candidate")
-    page.fill('input[name="max_tokens"]', "10")
-    page.locator("header.topbar").click()
-    page.keyboard.press(" ")  # into the summary string: quotes end it, line breaks are refused
-    expect(page.locator("#status")).to_have_attribute("data-done", "true")
+    _run(page, live_server, "candidate", 10)  # into the summary string
     widest = page.evaluate(
         """() => [...document.querySelectorAll('#tokens .chip')]
                  .sort((a, b) => b.dataset.allowed - a.dataset.allowed)[0].dataset.index"""
@@ -184,12 +189,7 @@ def test_4_a_force_asks_first_and_back_restores_what_it_discarded(
         dialog.accept()
 
     page.on("dialog", accept)
-    page.goto(live_server)
-    _pick(page, "nested")
-    page.fill('input[name="max_tokens"]', "16")
-    page.locator("header.topbar").click()
-    page.keyboard.press(" ")
-    expect(page.locator("#status")).to_have_attribute("data-done", "true")
+    _run(page, live_server, "nested", 16)
     expect(page.locator("#tokens .chip")).to_have_count(16)
     before = page.locator("#tokens").inner_text()
     alternatives = page.locator("#inspector .topk tr.allowed:not(.chosen-row) button.force")
@@ -259,12 +259,7 @@ def test_7_a_model_with_a_validator_compiles_with_a_notice(page: Page, live_serv
 
 def test_7_copy_output_copies_the_text(page: Page, live_server: str) -> None:
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
-    page.goto(live_server)
-    _pick(page, "nested")
-    page.fill('input[name="max_tokens"]', "6")
-    page.locator("header.topbar").click()
-    page.keyboard.press(" ")
-    expect(page.locator("#status")).to_have_attribute("data-done", "true")
+    _run(page, live_server, "nested", 6)
     page.click("#btn-copy-output")
     expect(page.locator("#btn-copy-output")).to_have_text("Copied")
     copied = page.evaluate("() => navigator.clipboard.readText()")
@@ -272,15 +267,19 @@ def test_7_copy_output_copies_the_text(page: Page, live_server: str) -> None:
     assert copied.startswith('{"user": {')
 
 
+def _replay_cause(page: Page, live_server: str, example: str, text: str) -> Locator:
+    page.goto(live_server)
+    _pick(page, example)
+    page.click("text=Replay")
+    page.fill("#replay-text", text)
+    page.click("#btn-replay")
+    return page.locator("#replay-result .replay-cause")
+
+
 def test_6_a_pretty_printed_replay_names_whitespace_as_the_cause(
     page: Page, live_server: str
 ) -> None:
-    page.goto(live_server)
-    _pick(page, "nested")
-    page.click("text=Replay")
-    page.fill("#replay-text", '{\n  "user": {"id": 42}\n}')
-    page.click("#btn-replay")
-    cause = page.locator("#replay-result .replay-cause")
+    cause = _replay_cause(page, live_server, "nested", '{\n  "user": {"id": 42}\n}')
     expect(cause).to_contain_text("a newline at offset 1 is refused by the compile options")
     expect(cause).to_contain_text("any_whitespace=false")
     expect(cause).to_contain_text("accept this whitespace (any_whitespace=true)")
@@ -293,12 +292,8 @@ def test_6_a_pretty_printed_replay_names_whitespace_as_the_cause(
 def test_6_an_enum_refusal_lists_the_values_and_marks_the_schema_line(
     page: Page, live_server: str
 ) -> None:
-    page.goto(live_server)
-    _pick(page, "risk")
-    page.click("text=Replay")
-    page.fill("#replay-text", '{"factors": [{"explanation": "x", "severity": "critical"')
-    page.click("#btn-replay")
-    cause = page.locator("#replay-result .replay-cause")
+    text = '{"factors": [{"explanation": "x", "severity": "critical"'
+    cause = _replay_cause(page, live_server, "risk", text)
     expect(cause).to_contain_text('must be one of "low" | "medium" | "high" (enum)')
     line = page.locator("#replay-result").get_attribute("data-schema-line")
     assert line and int(line) > 1
