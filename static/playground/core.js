@@ -35,10 +35,9 @@ window.MS = (() => {
     chain = chain.then(action).catch((error) => console.error(error)).finally(() => { pending--; });
     return chain;
   }
-  const queued = () => pending;
 
   const isAllowed = (words, id) => ((words[id >>> 5] >>> (id & 31)) & 1) === 1;
   const visible = (text) => (text === "" ? "∅" : text.replace(/ /g, "·").replace(/\n/g, "↵").replace(/\t/g, "⇥"));
 
-  return { $, $$, ui, toast, enqueue, queued, isAllowed, visible };
+  return { $, $$, ui, toast, enqueue, isAllowed, visible };
 })();

@@ -8,7 +8,7 @@
   function onKey(event) {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     if (event.target.closest && event.target.closest(TEXT_FIELDS)) return;
-    if ($dialogOpen()) return;
+    if (dialogOpen()) return;
     const key = event.key;
     if (key !== "ArrowRight" && key !== "ArrowLeft" && key !== " ") return;
     event.preventDefault();  // no button press, no radio change, no scroll
@@ -22,7 +22,7 @@
     else enqueue(MS.runOrPause);
   }
 
-  function $dialogOpen() { return Boolean(document.querySelector("dialog[open]")); }
+  function dialogOpen() { return Boolean(document.querySelector("dialog[open]")); }
 
   function bindKeys() {
     document.addEventListener("keydown", onKey);
