@@ -11,7 +11,10 @@ from app.engine.mask import allowed_vector
 from app.engine.records import TopToken
 from app.engine.tokens import Tokens
 
-__all__ = ["MaskedDistribution", "mask_distribution"]
+__all__ = ["ALLOWED_LIST_MAX", "MaskedDistribution", "mask_distribution"]
+
+#: At most this many allowed tokens, every one is recorded with its probability.
+ALLOWED_LIST_MAX = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,12 +26,15 @@ class MaskedDistribution:
         top: the most probable tokens, each marked allowed or blocked.
         allowed_count: tokens the mask allows.
         blocked_mass: raw probability of the tokens the mask blocks.
+        allowed_tokens: when at most ``ALLOWED_LIST_MAX`` tokens are allowed, every one of them,
+            most probable first (raw probabilities); else empty.
     """
 
     probs: torch.Tensor
     top: tuple[TopToken, ...]
     allowed_count: int
     blocked_mass: float
+    allowed_tokens: tuple[TopToken, ...] = ()
 
     def prob(self, token_id: int) -> float:
         """The raw probability of ``token_id``."""
@@ -59,9 +65,25 @@ def mask_distribution(
             strict=True,
         )
     )
+    allowed_count = int(allowed.sum())
     return MaskedDistribution(
         probs=probs,
         top=top,
-        allowed_count=int(allowed.sum()),
+        allowed_count=allowed_count,
         blocked_mass=float(probs.masked_fill(allowed, 0.0).sum()),
+        allowed_tokens=_allowed_tokens(logits, probs, allowed, tokens)
+        if allowed_count <= ALLOWED_LIST_MAX
+        else (),
+    )
+
+
+def _allowed_tokens(
+    logits: torch.Tensor, probs: torch.Tensor, allowed: torch.Tensor, tokens: Tokens
+) -> tuple[TopToken, ...]:
+    ids = allowed.nonzero().flatten()
+    order = torch.argsort(probs[ids], descending=True, stable=True)
+    ids = ids[order]
+    return tuple(
+        TopToken(token_id=i, text=tokens.text(i), prob=p, logit=logit, allowed=True)
+        for i, p, logit in zip(ids.tolist(), probs[ids].tolist(), logits[ids].tolist(), strict=True)
     )

@@ -124,6 +124,7 @@ class StepRecord:
     mask_us: float
     total_ms: float
     terminated: bool
+    allowed_tokens: tuple[TopToken, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: bytes as base64, tuples as lists."""
@@ -131,6 +132,7 @@ class StepRecord:
         out["token_bytes"] = _b64(self.token_bytes)
         out["bitmask"] = _b64(self.bitmask)
         out["top"] = [t.to_dict() for t in self.top]
+        out["allowed_tokens"] = [t.to_dict() for t in self.allowed_tokens]
         out["rules"] = list(self.rules)
         out["probe"] = self.probe.to_dict()
         return out

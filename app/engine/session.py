@@ -327,6 +327,7 @@ class Session:
             mask_us=mask.mask_us,
             total_ms=(time.perf_counter() - start) * 1000,
             terminated=self._masking.is_terminated(),
+            allowed_tokens=view.allowed_tokens,
         )
 
     def _stop_reason(self, record: StepRecord, accepted: bool) -> StopReason | None:

@@ -82,6 +82,7 @@ def compile_answer(result: CompileResult, grammar: GrammarIn, resolved: Resolved
         "grammar": result.grammar_text,
         "json_schema": derived.schema if derived else None,
         "models": list(derived.models) if derived else None,
+        "stripped": list(derived.stripped) if derived else None,
         "warnings": list(result.warnings),
         "stats": {
             "compile_ms": result.compile_ms,

@@ -11,7 +11,8 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 from starlette.datastructures import FormData
 
-from app.engine import PRESETS, StepRecord
+from app.engine import PRESETS, Engine, StepRecord
+from app.engine.mask_summary import summarize_mask
 from app.examples import Example, load_examples
 from app.exceptions import GrammarError, InvalidInput, PermalinkNotFound
 from app.web import actions, doctor, sharing
@@ -26,12 +27,16 @@ from app.web.models import (
     check_test_sizes,
     listed_tests,
 )
+from app.web.replay_cause import replay_cause
 from app.web.sessions import SessionHandle
 from app.web.state import AppState
 
 __all__ = ["form_session_request", "router"]
 
 router = APIRouter(include_in_schema=False)
+
+#: The most steps one page request takes (the API's cap on ``n``).
+STEP_N_MAX = 512
 
 
 def _render(state: AppState, request: Request, name: str, context: dict[str, Any]) -> HTMLResponse:
@@ -59,8 +64,11 @@ def _number(form: FormData, name: str) -> str | None:
 
 
 def _grammar(form: FormData) -> dict[str, Any]:
+    # "custom" (an option edited by hand): every option the presets differ in is explicit in the
+    # form, so any preset is a neutral base.
+    preset = form.get("preset") or "maskscope"
     options: dict[str, Any] = {
-        "preset": form.get("preset") or "maskscope",
+        "preset": "maskscope" if preset == "custom" else preset,
         "any_whitespace": form.get("any_whitespace") == "on",
         "strict_mode": form.get("strict_mode") == "on",
         "indent": _number(form, "indent"),
@@ -194,8 +202,8 @@ async def open_permalink_fragment(
         ("partials/_prompt.html", {"prompt": handle.session.prompt, "oob": True}),
     ]
     if steps:
-        parts.append(("partials/_inspector.html",
-                      {"step": steps[-1], "session_id": handle.id, "oob": True}))  # fmt: skip
+        context = _inspector_context(engine, steps[-1], handle.id, oob=True)
+        parts.append(("partials/_inspector.html", context))
     return _fragments(state, *parts)
 
 
@@ -255,6 +263,14 @@ async def doctor_fragment(request: Request, state: StateDep, engine: EngineDep) 
     return _render(state, request, "partials/_doctor.html", context)
 
 
+def _inspector_context(
+    engine: Engine | None, step: StepRecord, session_id: str, *, oob: bool = False
+) -> dict[str, Any]:
+    """The inspector's context for a step: the record and its mask in words."""
+    summary = summarize_mask(step.bitmask, engine.model.tokens) if engine else None
+    return {"step": step, "session_id": session_id, "summary": summary, "oob": oob}
+
+
 async def _step_parts(
     state: AppState, handle: SessionHandle, records: list[StepRecord]
 ) -> list[tuple[str, dict[str, Any]]]:
@@ -264,8 +280,8 @@ async def _step_parts(
     ]
     steps = handle.session.steps
     if steps:
-        parts.append(("partials/_inspector.html", {"step": steps[-1], "session_id": handle.id,
-                                                   "oob": True}))  # fmt: skip
+        context = _inspector_context(state.engine, steps[-1], handle.id, oob=True)
+        parts.append(("partials/_inspector.html", context))
     answer = await actions.step_response(state, handle, [])
     parts.append(("partials/_status.html", {"state": answer, "handle": handle, "oob": True}))
     return parts
@@ -285,9 +301,16 @@ async def new_session(request: Request, state: StateDep, engine: EngineDep) -> H
 
 
 @router.post("/ui/sessions/{session_id}/step", response_class=HTMLResponse)
-async def step_fragment(state: StateDep, handle: HandleDep) -> HTMLResponse:
-    """One step: its chip, with the inspector and status out of band."""
-    records = await actions.step(state, handle, 1)
+async def step_fragment(request: Request, state: StateDep, handle: HandleDep) -> HTMLResponse:
+    """``n`` steps (1 by default): their chips, with the inspector and status out of band."""
+    form = await request.form()
+    try:
+        n = int(str(form.get("n") or 1))
+    except ValueError:
+        raise InvalidInput("n must be an integer") from None
+    if not 1 <= n <= STEP_N_MAX:
+        raise InvalidInput(f"n must be between 1 and {STEP_N_MAX}, got {n}")
+    records = await actions.step(state, handle, n)
     return _fragments(state, *await _step_parts(state, handle, records))
 
 
@@ -347,7 +370,7 @@ async def inspector_fragment(
     steps = handle.session.steps
     if index >= len(steps):
         raise InvalidInput(f"step {index} does not exist (the session has {len(steps)} steps)")
-    context = {"step": steps[index], "session_id": handle.id}
+    context = _inspector_context(state.engine, steps[index], handle.id)
     return _render(state, request, "partials/_inspector.html", context)
 
 
@@ -364,7 +387,9 @@ async def replay_fragment(request: Request, state: StateDep, engine: EngineDep) 
     """Replay the text against the form's grammar (no bitmasks: a click fetches one)."""
     body = await _replay_form(request)
     result = await actions.replay(state, engine, body)
-    return _render(state, request, "partials/_replay.html", {"result": result, "text": body.text})
+    cause, accepted_by = await replay_cause(state, engine, body, result)
+    context = {"result": result, "text": body.text, "cause": cause, "accepted_by": accepted_by}
+    return _render(state, request, "partials/_replay.html", context)
 
 
 @router.post("/ui/replay/{index}", response_class=HTMLResponse)
@@ -374,5 +399,7 @@ async def replay_inspector(
     """The inspector for one replayed token, with its bitmask: the walk goes up to it only."""
     body = await _replay_form(request)
     token = await actions.replay_token(state, engine, body.grammar, body.text or "", index)
-    context = {"token": token, "index": index, "vocab_size": engine.model.tokens.vocab_size}
+    context = {"token": token, "index": index, "vocab_size": engine.model.tokens.vocab_size,
+               "summary": summarize_mask(token.bitmask, engine.model.tokens) if token.bitmask
+               else None}  # fmt: skip
     return _render(state, request, "partials/_inspector.html", context)
