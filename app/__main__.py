@@ -237,7 +237,9 @@ def _trace(args: argparse.Namespace) -> int:
     else:
         print(f"\n{session.text}\n\nstop: {reason}; valid: {verdict}")
         if session.follower is not None:
-            print(f"{session.follower.engine}: first divergence at step {session.first_divergence}")
+            first = session.first_divergence
+            where = "no divergence" if first is None else f"first divergence at step {first}"
+            print(f"{session.follower.engine}: {where}")
     return 0 if session.complete and validation is not None and validation.valid else 1
 
 

@@ -2,12 +2,21 @@
 
 The follower is another instance of the masking seam, in the same state as the driver (it has
 taken the same tokens). At each step it computes its own mask in that state and says where the
-two masks, jump-forward strings and terminations differ. When the driver takes a token the
-follower refuses, the follower ends there (the token is never given to it, so going back past
-that step revives it) and the run goes on under the driver alone.
+two masks, jump-forward strings and terminations differ (:meth:`Follower.compare`), then takes
+the driver's token (:meth:`Follower.follow`). When the driver takes a token the follower
+refuses, the follower ends there (the token is never given to it, so going back past that step
+revives it) and the run goes on under the driver alone.
+
+Not every mask difference is a difference of language: llguidance's mask leaves out
+non-canonical spellings of forced text that its ``consume_token`` still takes. A differing token
+that the engine whose mask blocks it would still accept is counted in ``mask_only``, and does
+not make the step diverge.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -43,51 +52,67 @@ class Follower:
         """The follower's library."""
         return self.masking.name
 
-    def observe(
-        self, record: StepRecord, driver_words: torch.Tensor, probs: torch.Tensor
-    ) -> FollowerRecord:
-        """Compare the follower's mask with the driver's at ``record``'s step, then give it the
-        token the driver took (unless it refuses it: then it ends here).
+    def compare(
+        self, driver_words: torch.Tensor, probs: torch.Tensor, driver_accepts: Callable[[int], bool]
+    ) -> FollowerRecord | None:
+        """The follower's mask against the driver's, both in the state before this step's token
+        (None once the follower has ended); :meth:`follow` fills in what comes after the token.
 
         Args:
-            record: the driver's record of the step (its token, jump-forward, termination).
             driver_words: the driver's bitmask row for the step.
             probs: the raw distribution of the step (to rank the differing tokens).
+            driver_accepts: the driver's ``probe_token`` in that state.
         """
         if self._ended is not None:
-            self._accepted.append(False)
-            return self._ended_record()
+            return None
         self.masking.fill_next_token_bitmask(self._bitmask)
-        jump_forward = self.masking.find_jump_forward_string()
         vocab = self._tokens.vocab_size
         mine = allowed_array(self._bitmask[0], vocab)
         theirs = allowed_array(driver_words, vocab)
-        only_driver, only_follower = theirs & ~mine, mine & ~theirs
-        accepted = self.masking.accept_token(record.token_id)
-        self._accepted.append(accepted)
-        refused = None if accepted else self._refusal(record, int(mine.sum()))
-        if refused is not None:
-            self._ended = (record.index, refused)
-        terminated = self.masking.is_terminated()
-        differs = int(only_driver.sum()) + int(only_follower.sum())
+        only_driver = np.flatnonzero(theirs & ~mine)
+        only_follower = np.flatnonzero(mine & ~theirs)
+        mask_only = sum(self.masking.probe_token(int(t)) for t in only_driver)
+        mask_only += sum(driver_accepts(int(t)) for t in only_follower)
         return FollowerRecord(
             engine=self.engine,
             allowed_count=int(mine.sum()),
-            only_driver=int(only_driver.sum()),
-            only_follower=int(only_follower.sum()),
-            top_differences=self._top(only_driver | only_follower, theirs, probs),
-            jump_forward=jump_forward,
+            only_driver=len(only_driver),
+            only_follower=len(only_follower),
+            mask_only=mask_only,
+            top_differences=self._top(np.concatenate([only_driver, only_follower]), theirs, probs),
+            jump_forward=self.masking.find_jump_forward_string(),
+            terminated=False,
+            refused=None,
+            ended_at=None,
+            diverged=False,
+        )
+
+    def follow(self, record: StepRecord, comparison: FollowerRecord | None) -> FollowerRecord:
+        """Take the token the driver took at ``record``'s step (unless the follower refuses it:
+        then it ends here), and say how the step compared."""
+        if comparison is None or self._ended is not None:
+            self._accepted.append(False)
+            return self._ended_record()
+        accepted = self.masking.accept_token(record.token_id)
+        self._accepted.append(accepted)
+        refused = None if accepted else self._refusal(record, comparison.allowed_count)
+        if refused is not None:
+            self._ended = (record.index, refused)
+        terminated = self.masking.is_terminated()
+        differs = comparison.only_driver + comparison.only_follower - comparison.mask_only
+        return dataclasses.replace(
+            comparison,
             terminated=terminated,
             refused=refused,
             ended_at=record.index if refused is not None else None,
-            diverged=bool(differs)
-            or jump_forward != record.jump_forward
+            diverged=differs > 0
+            or comparison.jump_forward != record.jump_forward
             or terminated != record.terminated
             or refused is not None,
         )
 
     def undo(self) -> None:
-        """Forget the last :meth:`observe` (a step that failed after it)."""
+        """Forget the last :meth:`follow` (a step that failed after it)."""
         self.truncate(len(self._accepted) - 1)
 
     def truncate(self, steps: int) -> None:
@@ -107,13 +132,11 @@ class Follower:
         )
 
     def _top(
-        self, differ: np.ndarray, driver: np.ndarray, probs: torch.Tensor
+        self, ids: np.ndarray, driver: np.ndarray, probs: torch.Tensor
     ) -> tuple[TopDifference, ...]:
-        ids = np.flatnonzero(differ)
         if len(ids) == 0:
             return ()
-        chosen = torch.from_numpy(ids).to(probs.device)
-        values = probs[chosen]
+        values = probs[torch.from_numpy(ids).to(probs.device)]
         order = torch.argsort(values, descending=True)[:TOP_DIFFERENCES].tolist()
         return tuple(
             TopDifference(
@@ -134,6 +157,7 @@ class Follower:
             allowed_count=0,
             only_driver=0,
             only_follower=0,
+            mask_only=0,
             top_differences=(),
             jump_forward="",
             terminated=False,

@@ -120,20 +120,25 @@ class FollowerRecord:
         allowed_count: tokens the follower's mask allows (0 once it has ended).
         only_driver: tokens the driver allows and the follower blocks.
         only_follower: tokens the follower allows and the driver blocks.
+        mask_only: how many of those differing tokens the engine whose mask blocks them would
+            still accept (llguidance's mask leaves out non-canonical spellings of forced text):
+            a difference of masks, not of languages.
         top_differences: the most probable of those tokens (raw distribution), most first.
         jump_forward: the follower's jump-forward string in this state.
         terminated: whether the follower terminated after this step's token.
         refused: why the follower ended: it refused the token the driver took at step
             ``ended_at`` (kept on every later step); None while it follows.
         ended_at: the step at which the follower refused the driver's token, or None.
-        diverged: masks, jump-forward strings or termination differ at this step, or the
-            follower refused its token.
+        diverged: the languages differ at this step (a differing token that is not
+            ``mask_only``), or the jump-forward strings or termination do, or the follower
+            refused its token.
     """
 
     engine: str
     allowed_count: int
     only_driver: int
     only_follower: int
+    mask_only: int
     top_differences: tuple[TopDifference, ...]
     jump_forward: str
     terminated: bool

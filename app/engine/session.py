@@ -276,13 +276,16 @@ class Session:
             allowed = allowed_array(words, self._tokens.vocab_size)
             top = [t.token_id for t in view.top]
             probe = probe_mask(self._masking, allowed, chosen=token, top=top, index=index)
+            comparison = None
+            if self.follower is not None:  # in the state this step's mask was computed in
+                comparison = self.follower.compare(words, view.probs, self._masking.probe_token)
             accepted = self._masking.accept_token(token)
             position = self._positions[-1]
             if accepted and self.grammar.spec.is_json:
                 position = advance(position, self._tokens.output_bytes(token))
             record = self._record(index, token, forced is not None, mask, raw, view, probe, start)
             if self.follower is not None:
-                compared = self.follower.observe(record, words, view.probs)
+                compared = self.follower.follow(record, comparison)
                 followed = True
                 record = dataclasses.replace(record, follower=compared)
             stop_reason = self._stop_reason(record, accepted)
