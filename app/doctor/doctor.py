@@ -34,7 +34,7 @@ from app.doctor.source_lines import json_lines, pydantic_lines
 from app.doctor.vocab import Vocab
 from app.doctor.witnesses import Found, ValidateMany, search
 from app.engine.engine import Engine
-from app.engine.grammar import CompileResult, GrammarSpec
+from app.engine.grammar import CompileResult, GrammarSpec, MaskingLibrary
 from app.engine.keyword_probe import ProbeResult
 from app.exceptions import GrammarError, GrammarTooComplex
 
@@ -82,7 +82,7 @@ class Doctor:
         self._vocab: Vocab | None = None
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(RUNNING_AT_ONCE)
-        self.llguidance = Llguidance(self.tokens)
+        self.llguidance = Llguidance(engine.llguidance)
 
     @classmethod
     def of(cls, engine: Engine) -> Doctor:
@@ -113,7 +113,9 @@ class Doctor:
         """Examine one grammar request.
 
         Args:
-            spec: what to compile (a Pydantic source arrives as its derived JSON Schema).
+            spec: what to compile (a Pydantic source arrives as its derived JSON Schema). The
+                examination is of xgrammar's compile whichever library the request names
+                (llguidance has its row among the backends).
             seed: the witness search's seed; the same seed gives the same witnesses.
             budget_ms: the time the keyword comparison and the witness search may each take.
             pydantic: the Pydantic source the schema came from, if any.
@@ -122,6 +124,7 @@ class Doctor:
         Raises:
             GrammarError: the request does not compile.
         """
+        spec = dataclasses.replace(spec, library=MaskingLibrary.XGRAMMAR)
         with self._slots:
             grammar = self._engine.compile(spec)
             if not spec.is_json:

@@ -9,7 +9,16 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from app.doctor import DEFAULT_BUDGET_MS, MAX_BUDGET_MS
-from app.engine import PRESETS, ChatMessage, CompileOptions, GrammarKind, GrammarSpec, with_schema
+from app.engine import (
+    PRESETS,
+    ChatMessage,
+    CompileOptions,
+    GrammarKind,
+    GrammarSpec,
+    MaskingLibrary,
+    presets,
+    with_schema,
+)
 from app.exceptions import InvalidInput, TooLarge
 from app.schematests import MAX_TESTS, MAX_TEXT_BYTES, Expect, SchemaTest
 from app.settings import Settings
@@ -46,6 +55,11 @@ def _valid_unicode(value: str) -> str:
 
 Text = Annotated[str, AfterValidator(_valid_unicode)]
 Separator = Annotated[str, Field(max_length=8)]
+Library = Literal["xgrammar", "llguidance"]
+Compare = Annotated[
+    Library | None,
+    Field(description="compare mode: this engine follows the same tokens (the other engine)"),
+]
 
 
 class _Strict(BaseModel):
@@ -67,8 +81,9 @@ class OptionsIn(_Strict):
     max_whitespace_cnt: int | None = Field(default=None, ge=1, le=1024)
     root_model: str | None = Field(default=None, max_length=200)
 
-    def effective(self) -> CompileOptions:
-        """The preset's options with the explicit ones applied."""
+    def effective(self, engine: Library = "xgrammar") -> CompileOptions:
+        """The preset's options (as they are when ``engine`` masks) with the explicit ones
+        applied."""
         overrides = {
             name: value
             for name in ("any_whitespace", "strict_mode", "indent", "separators")
@@ -76,11 +91,12 @@ class OptionsIn(_Strict):
         }
         if self.max_whitespace_cnt is not None:
             overrides["max_whitespace_cnt"] = self.max_whitespace_cnt
-        return dataclasses.replace(PRESETS[self.preset], **overrides)
+        return dataclasses.replace(presets(MaskingLibrary(engine))[self.preset], **overrides)
 
-    def echo(self) -> dict[str, Any]:
+    def echo(self, engine: Library = "xgrammar") -> dict[str, Any]:
         """The effective options as the API returns them."""
-        return {"preset": self.preset, **self.effective().to_dict(), "root_model": self.root_model}
+        effective = self.effective(engine).to_dict()
+        return {"preset": self.preset, **effective, "root_model": self.root_model}
 
 
 class GrammarIn(_Strict):
@@ -89,6 +105,7 @@ class GrammarIn(_Strict):
     kind: Literal["json_schema", "pydantic", "ebnf", "regex"]
     source: Text = Field(max_length=MAX_SOURCE_CHARS)
     options: OptionsIn = Field(default_factory=OptionsIn)
+    engine: Library = Field(default="xgrammar", description="the library that computes the mask")
 
     def check_size(self, settings: Settings) -> None:
         """Refuse a source above the settings' size limit."""
@@ -101,10 +118,11 @@ class GrammarIn(_Strict):
 
     def to_spec(self, json_schema: str | None = None) -> GrammarSpec:
         """The engine's grammar spec; a Pydantic source compiles as its derived ``json_schema``."""
+        options, library = self.options.effective(self.engine), MaskingLibrary(self.engine)
         if self.kind == "pydantic":
             assert json_schema is not None
-            return GrammarSpec(GrammarKind.JSON_SCHEMA, json_schema, self.options.effective())
-        return GrammarSpec(GrammarKind(self.kind), self.source, self.options.effective())
+            return GrammarSpec(GrammarKind.JSON_SCHEMA, json_schema, options, library)
+        return GrammarSpec(GrammarKind(self.kind), self.source, options, library)
 
 
 class MessageIn(_Strict):
@@ -136,6 +154,7 @@ class SessionIn(_Strict):
     sampling: SamplingIn = Field(default_factory=SamplingIn)
     max_tokens: int = Field(default=256, ge=1, le=4096)
     top_k: int = Field(default=10, ge=1, le=100)
+    compare: Compare = None
 
     def prompt_bytes(self) -> int:
         """The size of the prompt as sent: every message and the raw prompt, in UTF-8."""
@@ -265,6 +284,7 @@ class ReplayIn(_Strict):
         max_length=64,
         description="token indices whose packed bitmask the answer includes",
     )
+    compare: Compare = None
 
     @model_validator(mode="after")
     def _one_input(self) -> ReplayIn:

@@ -11,7 +11,7 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 from starlette.datastructures import FormData
 
-from app.engine import PRESETS, Engine, StepRecord
+from app.engine import PRESETS, Engine, MaskingLibrary, StepRecord, presets
 from app.engine.mask_summary import summarize_mask
 from app.examples import Example, load_examples
 from app.exceptions import GrammarError, InvalidInput, PermalinkNotFound
@@ -79,7 +79,14 @@ def _grammar(form: FormData) -> dict[str, Any]:
     if item or key:
         options["separators"] = [item or ", ", key or ": "]
     return {"kind": form.get("kind") or "json_schema", "source": form.get("source") or "",
-            "options": options}  # fmt: skip
+            "options": options, "engine": form.get("engine") or "xgrammar"}  # fmt: skip
+
+
+def _compare(form: FormData) -> str | None:
+    """Compare mode: the other engine when the form's toggle is on."""
+    if form.get("compare") != "on":
+        return None
+    return "xgrammar" if form.get("engine") == "llguidance" else "llguidance"
 
 
 def form_session_request(form: FormData) -> SessionIn:
@@ -93,6 +100,7 @@ def form_session_request(form: FormData) -> SessionIn:
         },
         "max_tokens": _number(form, "max_tokens") or 256,
         "schema_in_prompt": form.get("schema_in_prompt") == "on",
+        "compare": _compare(form),
     }
     if form.get("prompt_mode") == "raw":
         body["raw_prompt"] = form.get("raw_prompt") or ""
@@ -123,6 +131,8 @@ def _prefill_from_request(request: dict[str, Any]) -> dict[str, Any]:
         "schema_in_prompt": request.get("schema_in_prompt", False),
         "sampling": request.get("sampling") or {},
         "max_tokens": request.get("max_tokens", 256),
+        "engine": grammar.get("engine", "xgrammar"),
+        "compare": request.get("compare") is not None,
     }
 
 
@@ -147,7 +157,10 @@ def _page(request: Request, state: AppState, prefill: dict[str, Any], **extra: A
     options = {**PRESETS["maskscope"].to_dict(), "preset": "maskscope", **prefill["options"]}
     context = {
         "examples": examples,
-        "prefill": {**prefill, "options": options},
+        "prefill": {"engine": "xgrammar", "compare": False, **prefill, "options": options},
+        "llguidance_presets": {
+            name: o.to_dict() for name, o in presets(MaskingLibrary.LLGUIDANCE).items()
+        },
         "identity": identity,
         "presets": {name: o.to_dict() for name, o in PRESETS.items()},
         "caps": {"max_tokens": state.settings.max_tokens_cap},
@@ -377,7 +390,8 @@ async def inspector_fragment(
 async def _replay_form(request: Request) -> ReplayIn:
     form = await request.form()
     body: ReplayIn = _validated(
-        ReplayIn, {"grammar": _grammar(form), "text": form.get("text") or ""}
+        ReplayIn,
+        {"grammar": _grammar(form), "text": form.get("text") or "", "compare": _compare(form)},
     )
     return body
 

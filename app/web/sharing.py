@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.engine import Engine, ModelIdentity, Session
+from app.engine.llguidance import VERSION as LLGUIDANCE_VERSION
 from app.exceptions import InvalidInput, PermalinkNotFound, TokenRefused
 from app.store.permalinks import ID_PATTERN
 from app.store.snapshot_format import field_defaults, without_defaults
@@ -68,22 +69,30 @@ def _snapshot(
     identity: ModelIdentity,
     tests: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    grammar = request["grammar"]
-    options = OptionsIn.model_validate(grammar.get("options") or {}).echo()
-    request = {**request, "grammar": {**grammar, "options": options}}
+    grammar = dict(request["grammar"])
+    engine = grammar.pop("engine", "xgrammar")
+    options = OptionsIn.model_validate(grammar.get("options") or {}).echo(engine)
+    # Fields at their default are left out, so ids made before they existed stay the same.
+    if engine != "xgrammar":
+        grammar["engine"] = engine
+    request = {k: v for k, v in request.items() if k != "compare" or v is not None}
+    request["grammar"] = {**grammar, "options": options}
     request["sampling"] = dict(request["sampling"])
     if request["sampling"]["temperature"] == 0:
         request["sampling"]["seed"] = None  # greedy: the seed plays no part
+    versions = {
+        "xgrammar": identity.xgrammar,
+        "transformers": identity.transformers,
+        "torch": identity.torch,
+    }
+    if "llguidance" in (engine, request.get("compare")):
+        versions["llguidance"] = LLGUIDANCE_VERSION
     content = {
         "version": _VERSION,
         "request": request,
         "actions": trace,
         "model": {"model_id": identity.model_id, "weights_sha256": identity.weights_sha256},
-        "versions": {
-            "xgrammar": identity.xgrammar,
-            "transformers": identity.transformers,
-            "torch": identity.torch,
-        },
+        "versions": versions,
         "tests": tests,
     }
     return without_defaults(content, _DEFAULTS)
@@ -122,7 +131,7 @@ def snapshot_of_session(
 
 def differences(snapshot: dict[str, Any], identity: ModelIdentity) -> list[str]:
     """What differs between the model and libraries a snapshot was made with and these."""
-    now = identity.to_dict()
+    now = {**identity.to_dict(), "llguidance": LLGUIDANCE_VERSION}
     recorded = {**snapshot["model"], **snapshot["versions"]}
     labels = {"model_id": "model", "weights_sha256": "weights"}
     return [

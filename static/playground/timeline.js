@@ -30,6 +30,7 @@
     // Steps where the mask and accept_token disagreed: a full-height amber mark.
     ctx.fillStyle = "rgba(180, 83, 9, 0.85)";
     data.forEach((d, i) => { if (d.disagree) ctx.fillRect(i * w, 0, Math.max(w - 0.5, 2), height); });
+    (window.maskscopeTimelineHooks || []).forEach((hook) => hook(ctx, chips, w, height));
     if (ui.selected !== null && ui.selected < data.length) {
       ctx.fillStyle = "rgba(30, 27, 75, 0.18)";
       ctx.fillRect(ui.selected * w, 0, Math.max(w, 2), height);

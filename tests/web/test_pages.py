@@ -44,10 +44,10 @@ def test_the_page_loads_everything_locally(client: TestClient) -> None:
     playground = [f"/static/playground/{name}.js" for name in PLAYGROUND_SCRIPTS]
     assert scripts == ["/static/vendor/htmx.min.js", "/static/vendor/htmx-ext-sse.min.js",
                        "/static/vendor/codemirror.min.js", *playground, "/static/app.js",
-                       "/static/tests.js", "/static/export.js"]  # fmt: skip
+                       "/static/engines.js", "/static/tests.js", "/static/export.js"]  # fmt: skip
     for url in re.findall(r'(?:src|href)="([^"]+)"', html):
         assert url.startswith(("/", "data:", "#")), url  # nothing from a CDN
-    for path in scripts + ["/static/app.css"]:
+    for path in scripts + ["/static/app.css", "/static/engines.css"]:
         assert client.get(path).status_code == 200
     assert '<option value="pricing"' in html
     assert "weights <code>" in html
