@@ -10,7 +10,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from app.doctor import DEFAULT_BUDGET_MS, MAX_BUDGET_MS
 from app.engine import (
-    PRESETS,
     ChatMessage,
     CompileOptions,
     GrammarKind,

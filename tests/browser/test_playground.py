@@ -140,8 +140,8 @@ def test_a_hostile_permalink_renders_inert(page: Page, live_server: str) -> None
     scripts = page.evaluate("() => [...document.scripts].map((s) => s.src || s.id)")
     assert [s.rsplit("/", 1)[-1] for s in scripts] == [  # the page's own, none from the snapshot
         "htmx.min.js", "htmx-ext-sse.min.js", "codemirror.min.js",
-        *[f"{name}.js" for name in PLAYGROUND_SCRIPTS], "app.js", "llguidance-presets", "engines.js",
-        "shared-tests", "tests.js", "presets", "export.js",
+        *[f"{name}.js" for name in PLAYGROUND_SCRIPTS], "app.js",
+        "llguidance-presets", "engines.js", "shared-tests", "tests.js", "presets", "export.js",
     ]  # fmt: skip
     page.click("#tok-3")
     expect(page.locator("#inspector")).to_have_attribute("data-index", "3")
