@@ -64,7 +64,7 @@ def test_the_replay_panel_shows_the_other_engines_verdict(page: Page, live_serve
     text = '{"user": {"id": 4, "profile": {"display_name": "a\x7f'
     page.goto(f"{live_server}/?example=nested")
     page.check("#compare")
-    page.click("text=Replay")
+    page.click("label.tab:has(input[value=replay])")
     page.fill("#replay-text", text)
     page.click("#btn-replay")
     expect(page.locator("#replay-result .verdict").first).to_contain_text("accepted so far")
