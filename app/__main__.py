@@ -1,4 +1,4 @@
-"""Command line: ``python -m app serve|trace|replay|doctor`` (see ``python -m app --help``)."""
+"""Command line: ``python -m app serve|trace|replay|doctor|test`` (see ``python -m app --help``)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ from app.exceptions import MaskscopeError
 
 if TYPE_CHECKING:
     from app.doctor import DoctorReport, PydanticSource
-    from app.engine import CompileOptions, GrammarSpec, StepRecord
+    from app.engine import CompileOptions, GrammarSpec, MaskingLibrary, StepRecord
+    from app.schematests import SchemaTestResult
 
 _KIND_BY_SUFFIX = {".json": "json_schema", ".py": "pydantic", ".ebnf": "ebnf", ".regex": "regex"}
 _KINDS = ("json_schema", "pydantic", "ebnf", "regex")
 _BACKENDS = ("xgrammar", "vllm", "sglang", "llguidance", "openai_strict")
+_ENGINES = ("xgrammar", "llguidance")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,11 +45,13 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--top-p", type=float, default=1.0)
     trace.add_argument("--seed", type=int, help="sampling seed (random when omitted)")
     trace.add_argument("--json", action="store_true", help="JSON Lines: one step record a line")
+    _compare_argument(trace)
 
     replay = commands.add_parser("replay", help="check a text against a grammar, no model")
     _grammar_arguments(replay)
     replay.add_argument("--text", required=True, help="the text to walk through the grammar")
     replay.add_argument("--json", action="store_true", help="print the replay as JSON")
+    _compare_argument(replay)
 
     doctor = commands.add_parser(
         "doctor", help="is the schema enforced as written; what each serving stack does with it"
@@ -61,6 +65,13 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--budget-ms", type=int, help="time the search may take (default 2000)")
     doctor.add_argument("--max-tokens", type=int, help="flag it when below the shortest document")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    test = commands.add_parser("test", help="run a schema's unit tests; exit 1 on a failed one")
+    _grammar_arguments(test)
+    test.add_argument(
+        "--tests", required=True, type=Path, help='JSON Lines: {"text", "expect"} a line'
+    )
+    test.add_argument("--json", action="store_true", help="JSON Lines: one result a line")
     return parser
 
 
@@ -79,6 +90,17 @@ def _grammar_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--separators", nargs=2, metavar=("ITEM", "KEY"), help="e.g. ', ' ': '")
     parser.add_argument("--max-whitespace", type=int, help="max_whitespace_cnt")
     parser.add_argument("--root-model", help="Pydantic: the model to use (default: the last)")
+    parser.add_argument(
+        "--engine", choices=_ENGINES, default="xgrammar",
+        help="the library that computes the mask (default: xgrammar)",
+    )  # fmt: skip
+
+
+def _compare_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--compare", choices=_ENGINES,
+        help="compare mode: this engine follows the same tokens and its differences are shown",
+    )  # fmt: skip
 
 
 def _kind(args: argparse.Namespace) -> str:
@@ -90,7 +112,7 @@ def _kind(args: argparse.Namespace) -> str:
 
 def _options(args: argparse.Namespace) -> CompileOptions:
     """The preset's options with the ones given on the command line applied."""
-    from app.engine import PRESETS
+    from app.engine import MaskingLibrary, presets
 
     overrides: dict[str, Any] = {}
     if args.any_whitespace:
@@ -103,16 +125,17 @@ def _options(args: argparse.Namespace) -> CompileOptions:
         overrides["separators"] = tuple(args.separators)
     if args.max_whitespace is not None:
         overrides["max_whitespace_cnt"] = args.max_whitespace
-    return dataclasses.replace(PRESETS[args.preset], **overrides)
+    return dataclasses.replace(presets(MaskingLibrary(args.engine))[args.preset], **overrides)
 
 
 def _resolve(args: argparse.Namespace) -> tuple[GrammarSpec, PydanticSource | None]:
     """The grammar request; a Pydantic source also gives what the Doctor needs of it."""
-    from app.engine import GrammarKind, GrammarSpec
+    from app.engine import GrammarKind, GrammarSpec, MaskingLibrary
 
     kind = _kind(args)
     source = args.schema.read_text(encoding="utf-8")
     options = _options(args)
+    library = MaskingLibrary(args.engine)
     if kind == "pydantic":
         from app.doctor import PydanticSource
         from app.sandbox.sandbox import Sandbox
@@ -120,14 +143,21 @@ def _resolve(args: argparse.Namespace) -> tuple[GrammarSpec, PydanticSource | No
 
         sandbox = Sandbox.from_settings(Settings())
         derived = sandbox.schema(source, args.root_model)
-        spec = GrammarSpec(GrammarKind.JSON_SCHEMA, json.dumps(derived.schema, indent=2), options)
+        schema = json.dumps(derived.schema, indent=2)
+        spec = GrammarSpec(GrammarKind.JSON_SCHEMA, schema, options, library)
         validate = functools.partial(sandbox.validate_many, source, args.root_model)
         return spec, PydanticSource(source, derived.root, validate)
-    return GrammarSpec(GrammarKind(kind), source, options), None
+    return GrammarSpec(GrammarKind(kind), source, options, library), None
 
 
 def _spec(args: argparse.Namespace) -> GrammarSpec:
     return _resolve(args)[0]
+
+
+def _compare(args: argparse.Namespace) -> MaskingLibrary | None:
+    from app.engine import MaskingLibrary
+
+    return MaskingLibrary(args.compare) if args.compare else None
 
 
 def _quiet_libraries() -> None:
@@ -145,6 +175,20 @@ def _step_line(record: StepRecord) -> str:
         f"  top blocked {blocked_text:<22} depth {record.depth}  {record.path or '-':<28}"
         f" {record.total_ms:7.1f} ms{'  FORCED' if record.forced else ''}"
         f"{'' if record.mask_accept_agree else '  MASK/ACCEPT DISAGREE'}"
+        f"{_follower_note(record)}"
+    )
+
+
+def _follower_note(record: StepRecord) -> str:
+    """Compare mode: what the follower saw differently at this step ("" when nothing)."""
+    follower = record.follower
+    if follower is None or not follower.diverged:
+        return ""
+    if follower.refused is not None:
+        return f"  {follower.engine.upper()} ENDED: {follower.refused}"
+    return (
+        f"  {follower.engine}: +{follower.only_follower} -{follower.only_driver}"
+        f" allowed {follower.allowed_count}, jump-forward {follower.jump_forward!r}"
     )
 
 
@@ -166,9 +210,12 @@ def _trace(args: argparse.Namespace) -> int:
             raw_prompt=args.prompt if args.raw else None,
             sampling=SamplingParams.create(args.temperature, args.top_p, args.seed),
             max_tokens=args.steps,
+            compare=_compare(args),
         )
         for warning in session.grammar.warnings:
-            print(f"xgrammar: {warning}", file=sys.stderr)
+            print(f"{args.engine}: {warning}", file=sys.stderr)
+        for option in session.grammar.not_carried:
+            print(f"{args.engine}: {option} is not carried over", file=sys.stderr)
         while not session.done:
             record = session.step()
             print(json.dumps(record.to_dict()) if args.json else _step_line(record), flush=True)
@@ -197,6 +244,10 @@ def _trace(args: argparse.Namespace) -> int:
         )
     else:
         print(f"\n{session.text}\n\nstop: {reason}; valid: {verdict}")
+        if session.follower is not None:
+            first = session.first_divergence
+            where = "no divergence" if first is None else f"first divergence at step {first}"
+            print(f"{session.follower.engine}: {where}")
     return 0 if session.complete and validation is not None and validation.valid else 1
 
 
@@ -207,7 +258,7 @@ def _replay(args: argparse.Namespace) -> int:
     spec = _spec(args)
     engine = Engine.load(Settings())
     try:
-        result = engine.replay(spec, text=args.text)
+        result = engine.replay(spec, text=args.text, compare=_compare(args))
     finally:
         engine.close()
     if args.json:
@@ -226,6 +277,10 @@ def _replay(args: argparse.Namespace) -> int:
                 f"{rej.token_text!r}); the grammar accepts e.g. {list(rej.expected)}"
             )
         print(f"accepted: {result.accepted}; complete: {result.complete}")
+        if result.follower is not None:
+            other = result.follower
+            where = f" (refused at offset {other.rejection.offset})" if other.rejection else ""
+            print(f"{other.engine}: accepted: {other.accepted}; complete: {other.complete}{where}")
     return 0 if result.accepted and result.complete else 1
 
 
@@ -294,6 +349,44 @@ def _doctor_text(report: DoctorReport) -> str:
     return "\n".join(lines)
 
 
+def _test(args: argparse.Namespace) -> int:
+    from app.engine import Engine
+    from app.schematests import read_tests, run_tests
+    from app.settings import Settings
+
+    tests = read_tests(args.tests.read_text(encoding="utf-8"))
+    spec, pydantic = _resolve(args)
+    engine = Engine.load(Settings())
+    try:
+        validate = pydantic.validate_many if pydantic else None
+        results = run_tests(engine, engine.compile(spec), tests, validate_many=validate)
+    finally:
+        engine.close()
+    failed = sum(not r.passed for r in results)
+    disagree = sum(r.disagree for r in results)
+    for index, result in enumerate(results):
+        line = {"index": index, "text": result.test.text, **result.to_dict()}
+        print(json.dumps(line, ensure_ascii=False) if args.json else _test_line(index, result))
+    summary = {"passed": len(results) - failed, "failed": failed, "disagree": disagree}
+    print(json.dumps(summary) if args.json else ", ".join(f"{n} {k}" for k, n in summary.items()))
+    return 1 if failed else 0
+
+
+def _test_line(index: int, result: SchemaTestResult) -> str:
+    """One test for a terminal: verdict, expectation, grammar, schema, and the text judged."""
+    grammar = result.grammar
+    said = "accepts" if grammar.passes else "incomplete" if grammar.accepted else "refuses"
+    if grammar.rejection:
+        said += f" at offset {grammar.rejection.offset}"
+    schema = "-" if result.schema is None else "valid" if result.schema.valid else "invalid"
+    text = result.normalized if result.normalized is not None else result.test.text
+    return (
+        f"{'PASS' if result.passed else 'FAIL'} {index:>3}  expect {result.test.expect.value:<4}"
+        f"  grammar {said:<22} schema {schema:<7}{'  DISAGREE' if result.disagree else ''}"
+        f"  {json.dumps(text, ensure_ascii=False)[:80]}"
+    )
+
+
 def _serve(args: argparse.Namespace) -> int:
     import logging
 
@@ -324,6 +417,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _trace(args)
         if args.command == "doctor":
             return _doctor(args)
+        if args.command == "test":
+            return _test(args)
         return _replay(args)
     except MaskscopeError as exc:
         located = {k: v for k, v in exc.to_dict().items() if k in {"line", "column", "pointer"}}

@@ -12,7 +12,7 @@ from fastapi.staticfiles import StaticFiles
 from app import __version__
 from app.engine import Engine
 from app.settings import Settings
-from app.web import api, doctor, export, pages
+from app.web import api, doctor, export, pages, schema_tests, tests_panel
 from app.web.errors import install_error_handlers
 from app.web.limits import BodyLimit
 from app.web.requestlog import RequestLog
@@ -70,6 +70,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.include_router(api.router)
     app.include_router(export.router)
     app.include_router(doctor.router)
+    app.include_router(schema_tests.router)
+    app.include_router(tests_panel.router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

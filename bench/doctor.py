@@ -56,7 +56,7 @@ def main() -> None:
     try:
         start = time.perf_counter()
         doctor.vocab()
-        doctor.llguidance.tokenizer()
+        engine.llguidance.tokenizer()
         print(f"warm-up (sorted vocabulary, llguidance tokenizer): "
               f"{1000 * (time.perf_counter() - start):.0f} ms, once per process")  # fmt: skip
         print(f"{'example':<10} {'form':<5} {'p50 ms':>7} {'max ms':>7} {'x target':>8} "

@@ -19,7 +19,7 @@ STEP_KEYS = {
     "index", "token_id", "token_text", "token_bytes", "forced", "prob", "rank", "top",
     "blocked_mass", "allowed_count", "vocab_size", "bitmask", "depth", "path", "rules",
     "jump_forward", "probe", "mask_accept_agree", "engine", "forward_ms", "mask_us", "total_ms",
-    "terminated",
+    "terminated", "allowed_tokens", "follower",
 }  # fmt: skip
 
 
@@ -70,3 +70,31 @@ def test_a_bad_schema_is_reported_with_its_place(
     assert main(["replay", "--schema", str(bad), "--text", "{}"]) == 2
     err = capsys.readouterr().err
     assert "not a valid JSON Schema" in err and "line 2" in err and "/properties/a/type" in err
+
+
+def test_replay_with_llguidance_and_compare(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """llguidance accepts "-0"; xgrammar, following, refuses its "0" (offset 1)."""
+    integer = tmp_path / "integer.json"
+    integer.write_text('{"type": "integer"}')
+    command = ["replay", "--schema", str(integer), "--text", "-0", "--engine", "llguidance"]
+    assert main([*command, "--compare", "xgrammar"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2:] == [
+        "accepted: True; complete: True",
+        "xgrammar: accepted: False; complete: False (refused at offset 1)",
+    ]
+
+
+def test_trace_under_llguidance_with_xgrammar_following(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    command = ["trace", "--schema", str(NESTED), "--prompt", PROMPT, "--steps", "3"]
+    assert main([*command, "--engine", "llguidance", "--compare", "xgrammar"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    # At step 0 xgrammar's mask also has "{" where llguidance's keeps only the canonical '{"':
+    # a difference of masks (llguidance takes "{" too), not of languages, so no note.
+    assert [line.split()[0] for line in out[:3]] == ["0", "1", "2"]
+    assert not any("xgrammar" in line for line in out[:3])
+    assert out[-1] == "xgrammar: no divergence"

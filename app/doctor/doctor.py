@@ -33,8 +33,8 @@ from app.doctor.records import (
 from app.doctor.source_lines import json_lines, pydantic_lines
 from app.doctor.vocab import Vocab
 from app.doctor.witnesses import Found, ValidateMany, search
-from app.engine.engine import Engine
-from app.engine.grammar import CompileResult, GrammarSpec
+from app.engine.engine import AnyEngine
+from app.engine.grammar import CompileResult, GrammarSpec, MaskingLibrary
 from app.engine.keyword_probe import ProbeResult
 from app.exceptions import GrammarError, GrammarTooComplex
 
@@ -50,7 +50,7 @@ __all__ = [
 DEFAULT_BUDGET_MS = 2000
 MAX_BUDGET_MS = 20_000
 RUNNING_AT_ONCE = 2
-_DOCTORS: weakref.WeakKeyDictionary[Engine, Doctor] = weakref.WeakKeyDictionary()
+_DOCTORS: weakref.WeakKeyDictionary[AnyEngine, Doctor] = weakref.WeakKeyDictionary()
 _DOCTORS_LOCK = threading.Lock()
 
 
@@ -76,16 +76,16 @@ class Doctor:
         engine: the loaded engine.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: AnyEngine) -> None:
         self._engine = engine
         self.tokens = engine.model.tokens
         self._vocab: Vocab | None = None
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(RUNNING_AT_ONCE)
-        self.llguidance = Llguidance(self.tokens)
+        self.llguidance = Llguidance(engine.llguidance)
 
     @classmethod
-    def of(cls, engine: Engine) -> Doctor:
+    def of(cls, engine: AnyEngine) -> Doctor:
         """The engine's doctor (one per engine: it keeps the sorted vocabulary and the
         llguidance tokenizer)."""
         with _DOCTORS_LOCK:
@@ -113,7 +113,9 @@ class Doctor:
         """Examine one grammar request.
 
         Args:
-            spec: what to compile (a Pydantic source arrives as its derived JSON Schema).
+            spec: what to compile (a Pydantic source arrives as its derived JSON Schema). The
+                examination is of xgrammar's compile whichever library the request names
+                (llguidance has its row among the backends).
             seed: the witness search's seed; the same seed gives the same witnesses.
             budget_ms: the time the keyword comparison and the witness search may each take.
             pydantic: the Pydantic source the schema came from, if any.
@@ -122,6 +124,7 @@ class Doctor:
         Raises:
             GrammarError: the request does not compile.
         """
+        spec = dataclasses.replace(spec, library=MaskingLibrary.XGRAMMAR)
         with self._slots:
             grammar = self._engine.compile(spec)
             if not spec.is_json:

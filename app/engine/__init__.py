@@ -4,18 +4,29 @@ Nothing here knows HTTP; the web layer and the CLI call :class:`Engine` and rend
 """
 
 from app.engine.compiler import GrammarCompiler
-from app.engine.engine import Engine
-from app.engine.grammar import PRESETS, CompileOptions, CompileResult, GrammarKind, GrammarSpec
+from app.engine.engine import AnyEngine, Engine
+from app.engine.grammar import (
+    PRESETS,
+    CompileOptions,
+    CompileResult,
+    GrammarKind,
+    GrammarSpec,
+    MaskingLibrary,
+    presets,
+)
 from app.engine.model import LoadedModel, ModelIdentity, load_model
 from app.engine.prompt import ChatMessage, Prompt, render_prompt, with_schema
 from app.engine.records import (
     Disagreement,
+    FollowerRecord,
     GrammarState,
     Probe,
     Rejection,
     ReplayResult,
     ReplayToken,
+    ReplayVerdict,
     StepRecord,
+    TopDifference,
     TopToken,
     Validation,
     ValidationError,
@@ -29,26 +40,32 @@ __all__ = [
     "CompileOptions",
     "CompileResult",
     "Disagreement",
+    "AnyEngine",
     "Engine",
+    "FollowerRecord",
     "GrammarCompiler",
     "GrammarKind",
     "GrammarSpec",
     "GrammarState",
     "LoadedModel",
+    "MaskingLibrary",
     "ModelIdentity",
     "Probe",
     "Prompt",
     "Rejection",
     "ReplayResult",
     "ReplayToken",
+    "ReplayVerdict",
     "SamplingParams",
     "Session",
     "StepRecord",
     "StopReason",
+    "TopDifference",
     "TopToken",
     "Validation",
     "ValidationError",
     "load_model",
+    "presets",
     "render_prompt",
     "with_schema",
 ]

@@ -23,7 +23,15 @@ from app.engine.jsonpointer import line_column, locate, pointer_from_parts
 from app.engine.keyword_probe import without_keyword
 from app.exceptions import GrammarError
 
-__all__ = ["clean_message", "compile_request", "probe_request", "serve"]
+__all__ = [
+    "clean_message",
+    "compile_request",
+    "located_error",
+    "parse_schema",
+    "probe_request",
+    "serve",
+    "subschemas",
+]
 
 # "[17:22:28] /project/cpp/json_schema_converter.cc:1094: Warning: multipleOf is not ..."
 _LOG_PREFIX = re.compile(r"^\[\d{2}:\d{2}:\d{2}\] \S+?:\d+: (?:Warning: )?", re.MULTILINE)
@@ -56,7 +64,7 @@ def _captured_stderr() -> Iterator[list[str]]:
             lines.extend(clean_message(line) for line in text.splitlines() if line.strip())
 
 
-def _parse_schema(source: str) -> Any:
+def parse_schema(source: str) -> Any:
     import jsonschema
 
     try:
@@ -72,26 +80,26 @@ def _parse_schema(source: str) -> Any:
     validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     error = jsonschema.exceptions.best_match(validator(validator.META_SCHEMA).iter_errors(schema))
     if error is not None:
-        raise _located_error(
+        raise located_error(
             source, list(error.absolute_path), f"not a valid JSON Schema: {error.message}"
         )
     return schema
 
 
-def _located_error(source: str, parts: list[str | int], message: str) -> GrammarError:
+def located_error(source: str, parts: list[str | int], message: str) -> GrammarError:
     pointer = pointer_from_parts(parts)
     line, column = locate(source, pointer) or (None, None)
     return GrammarError(message, pointer=pointer, line=line, column=column)
 
 
-def _subschemas(node: Any, parts: list[str | int]) -> Iterator[tuple[list[str | int], Any]]:
+def subschemas(node: Any, parts: list[str | int]) -> Iterator[tuple[list[str | int], Any]]:
     if isinstance(node, dict):
         yield parts, node
         for key, value in node.items():
-            yield from _subschemas(value, [*parts, key])
+            yield from subschemas(value, [*parts, key])
     elif isinstance(node, list):
         for index, value in enumerate(node):
-            yield from _subschemas(value, [*parts, index])
+            yield from subschemas(value, [*parts, index])
 
 
 def _locate_schema_error(schema: Any, message: str, options: dict[str, Any]) -> list[str | int]:
@@ -102,7 +110,7 @@ def _locate_schema_error(schema: Any, message: str, options: dict[str, Any]) -> 
     """
     import xgrammar as xgr
 
-    candidates = sorted(_subschemas(schema, []), key=lambda item: -len(item[0]))
+    candidates = sorted(subschemas(schema, []), key=lambda item: -len(item[0]))
     for parts, node in candidates[:_MAX_LOCATE_TRIES]:
         if not parts:
             continue
@@ -153,7 +161,7 @@ def _grammar_error(kind: str, source: str, options: dict[str, Any], message: str
     if kind == "json_schema":
         parts = _locate_schema_error(json.loads(source), message, options)
         if parts:
-            return _located_error(source, parts, message)
+            return located_error(source, parts, message)
     return GrammarError(message)
 
 
@@ -167,7 +175,7 @@ def compile_request(compiler: Any, request: dict[str, Any]) -> dict[str, Any]:
     kind, source, options = request["kind"], request["source"], request["options"]
     try:
         if kind == "json_schema":
-            _parse_schema(source)
+            parse_schema(source)
         with _captured_stderr() as printed:
             start = time.perf_counter()
             compiled = _compile(compiler, kind, source, options)

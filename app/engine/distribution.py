@@ -13,7 +13,10 @@ from app.engine.mask import allowed_array, allowed_vector
 from app.engine.records import TopToken
 from app.engine.tokens import Tokens
 
-__all__ = ["MaskedDistribution", "mask_distribution"]
+__all__ = ["ALLOWED_LIST_MAX", "MaskedDistribution", "mask_distribution"]
+
+#: At most this many allowed tokens, every one is recorded with its probability.
+ALLOWED_LIST_MAX = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,9 @@ class MaskedDistribution:
         known: raw probabilities of the tokens known, when only a top-K is.
         top_k_ids: the tokens of that top-K (``known`` may also hold the token chosen or forced).
         reports_bounds: whether the record states its bounds (``inexact``): a remote engine's.
+        allowed_tokens: when at most ``ALLOWED_LIST_MAX`` tokens are allowed and the
+            probability of each is known, every one of them, most probable first (raw
+            probabilities); else empty.
     """
 
     top: tuple[TopToken, ...]
@@ -47,6 +53,7 @@ class MaskedDistribution:
     known: Mapping[int, float] = field(default_factory=dict)
     top_k_ids: frozenset[int] = frozenset()
     reports_bounds: bool = False
+    allowed_tokens: tuple[TopToken, ...] = ()
 
     def prob(self, token_id: int) -> float:
         """The raw probability of ``token_id`` (known for the tokens of ``top_logprobs`` and
@@ -93,13 +100,34 @@ def mask_distribution(
         )
     )
     blocked = float(probs.masked_fill(allowed, 0.0).sum())
+    allowed_count = int(allowed.sum())
     return MaskedDistribution(
         top=top,
-        allowed_count=int(allowed.sum()),
+        allowed_count=allowed_count,
         blocked_mass=blocked,
         blocked_mass_max=blocked,
         probs=probs,
         reports_bounds=not raw.logits_known,
+        allowed_tokens=_allowed_tokens(logits, probs, allowed, tokens, raw.logits_known)
+        if allowed_count <= ALLOWED_LIST_MAX
+        else (),
+    )
+
+
+def _allowed_tokens(
+    logits: torch.Tensor,
+    probs: torch.Tensor,
+    allowed: torch.Tensor,
+    tokens: Tokens,
+    logits_known: bool,
+) -> tuple[TopToken, ...]:
+    ids = allowed.nonzero().flatten()
+    order = torch.argsort(probs[ids], descending=True, stable=True)
+    ids = ids[order]
+    shown: list[float | None] = logits[ids].tolist() if logits_known else [None] * len(ids)
+    return tuple(
+        TopToken(token_id=i, text=tokens.text(i), prob=p, logit=logit, allowed=True)
+        for i, p, logit in zip(ids.tolist(), probs[ids].tolist(), shown, strict=True)
     )
 
 
@@ -123,14 +151,23 @@ def _mask_top_k(
         for i, _ in raw.top_logprobs[:top_k]
     )
     allowed_count = int(allowed.sum())
-    allowed_known = sum(1 for i in known if allowed[i])
+    allowed_known = [i for i in known if allowed[i]]
     blocked_known = math.fsum(p for i, p in known.items() if not allowed[i])
     rest = max(0.0, 1.0 - math.fsum(known.values()))
     floor = min((known[i] for i in top_k_ids), default=1.0)
-    allowed_unknown = allowed_count - allowed_known
+    allowed_unknown = allowed_count - len(allowed_known)
     blocked_unknown = tokens.vocab_size - len(known) - allowed_unknown
     low = blocked_known + max(0.0, rest - allowed_unknown * floor)
     high = blocked_known + min(rest, blocked_unknown * floor)
+    # Listed only when complete: a partial list would read as "these are all the choices".
+    listed = (
+        tuple(
+            TopToken(token_id=i, text=tokens.text(i), prob=known[i], logit=None, allowed=True)
+            for i in sorted(allowed_known, key=lambda i: -known[i])
+        )
+        if allowed_unknown == 0 and allowed_count <= ALLOWED_LIST_MAX
+        else ()
+    )
     return MaskedDistribution(
         top=top,
         allowed_count=allowed_count,
@@ -140,4 +177,5 @@ def _mask_top_k(
         known=known,
         top_k_ids=top_k_ids,
         reports_bounds=True,
+        allowed_tokens=listed,
     )

@@ -2,32 +2,36 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Sequence
-from typing import Generic
+from typing import Generic, TypeAlias
 
 from typing_extensions import TypeVar
 
+from app.engine.compare import Follower
 from app.engine.compiler import GrammarCompiler
 from app.engine.forward import ServingModel
-from app.engine.grammar import CompileResult, GrammarSpec
+from app.engine.grammar import CompileResult, GrammarSpec, MaskingLibrary
+from app.engine.llguidance import LlguidanceCompiler
 from app.engine.masking import new_masking
 from app.engine.model import LoadedModel, load_model
 from app.engine.prompt import ChatMessage, render_prompt
 from app.engine.records import ReplayResult
-from app.engine.replay import replay
+from app.engine.replay import replay, verdict
 from app.engine.sampling import SamplingParams
 from app.engine.session import Session
 from app.exceptions import InvalidInput
 from app.settings import Settings
 
-__all__ = ["Engine"]
+__all__ = ["AnyEngine", "Engine"]
 
 #: The model an engine runs: the local one unless said otherwise (``Engine[RemoteModel]``).
-M = TypeVar("M", bound=ServingModel, default=LoadedModel)
+M = TypeVar("M", bound=ServingModel, default=LoadedModel, covariant=True)
 
 
 class Engine(Generic[M]):
-    """A model (the local one, or a remote engine's) with its grammar compiler.
+    """A model (the local one, or a remote engine's) with its grammar compilers (xgrammar's
+    workers, llguidance in-process).
 
     Args:
         model: the model and its tokenizer.
@@ -38,6 +42,7 @@ class Engine(Generic[M]):
     def __init__(self, model: M, compiler: GrammarCompiler, settings: Settings) -> None:
         self.model = model
         self.compiler = compiler
+        self.llguidance = LlguidanceCompiler(model.tokens)
         self.settings = settings
 
     @staticmethod
@@ -53,12 +58,28 @@ class Engine(Generic[M]):
         return Engine(model, compiler, settings)
 
     def compile(self, spec: GrammarSpec) -> CompileResult:
-        """Compile (or fetch from the cache) a grammar for this model's tokenizer."""
+        """Compile (or fetch from the cache) a grammar for this model's tokenizer, with the
+        library ``spec`` names."""
+        if spec.library is MaskingLibrary.LLGUIDANCE:
+            return self.llguidance.compile(spec)
         return self.compiler.compile(spec)
 
     def cached(self, spec: GrammarSpec) -> CompileResult | None:
         """The cached compile of ``spec``, or None: answers at once, never waits for a worker."""
+        if spec.library is MaskingLibrary.LLGUIDANCE:
+            return self.llguidance.cached(spec)
         return self.compiler.cached(spec)
+
+    def follower(self, grammar: CompileResult, compare: MaskingLibrary | None) -> Follower | None:
+        """Compare mode: ``compare``'s masking engine for the same request, or None.
+
+        Raises:
+            InvalidInput: ``compare`` is the library that already masks.
+            GrammarError: the grammar does not compile with ``compare``.
+        """
+        if compare is None:
+            return None
+        return Follower(new_masking(self._compare(grammar, compare)), self.model.tokens)
 
     def new_session(
         self,
@@ -69,8 +90,10 @@ class Engine(Generic[M]):
         sampling: SamplingParams | None = None,
         max_tokens: int = 256,
         top_k: int | None = None,
+        compare: MaskingLibrary | None = None,
     ) -> Session:
-        """Compile ``grammar`` (unless already compiled), render the prompt and open a session.
+        """Compile ``grammar`` (unless already compiled), render the prompt and open a session;
+        with ``compare``, that library follows the same tokens (see :meth:`follower`).
 
         Raises:
             GrammarError: the grammar does not compile.
@@ -91,6 +114,7 @@ class Engine(Generic[M]):
             sampling=sampling,
             max_tokens=max_tokens,
             top_k=top_k or self.settings.top_k,
+            follower=self.follower(compiled, compare),
         )
 
     def replay(
@@ -100,16 +124,19 @@ class Engine(Generic[M]):
         text: str | None = None,
         token_ids: Sequence[int] | None = None,
         bitmask_for: Collection[int] = (),
+        compare: MaskingLibrary | None = None,
     ) -> ReplayResult:
         """Walk ``text`` or ``token_ids`` through the grammar (compiled unless it is); no model.
 
-        At most ``settings.replay_token_cap`` tokens; bitmasks only for ``bitmask_for``.
+        At most ``settings.replay_token_cap`` tokens; bitmasks only for ``bitmask_for``. With
+        ``compare``, that library walks the same tokens too and its verdict is the result's
+        ``follower``.
 
         Raises:
             ReplayTooLong: more tokens than the cap.
         """
         compiled = self.compile(grammar) if isinstance(grammar, GrammarSpec) else grammar
-        return replay(
+        result = replay(
             compiled,
             self.model.tokens,
             text=text,
@@ -117,7 +144,36 @@ class Engine(Generic[M]):
             bitmask_for=bitmask_for,
             max_tokens=self.settings.replay_token_cap,
         )
+        if compare is None:
+            return result
+        other = self._compare(compiled, compare)
+        verdict = replay(other, self.model.tokens, text=text, token_ids=token_ids)
+        return dataclasses.replace(result, follower=verdict.verdict(compare.value))
+
+    def _compare(self, grammar: CompileResult, compare: MaskingLibrary) -> CompileResult:
+        """The same request compiled by ``compare`` (which must be the other library)."""
+        if compare is grammar.spec.library:
+            raise InvalidInput(
+                f"compare names {compare.value}, which already masks: name the other engine",
+                pointer="/compare",
+            )
+        return self.compile(dataclasses.replace(grammar.spec, library=compare))
+
+    def verdict(self, grammar: CompileResult, text: str) -> ReplayResult:
+        """What :meth:`replay` says of ``text`` (accepted, complete, rejection), without the
+        per-token states (``tokens`` is empty): a mask only where the grammar refuses.
+
+        Raises:
+            ReplayTooLong: more tokens than ``settings.replay_token_cap``.
+        """
+        return verdict(
+            grammar, self.model.tokens, text=text, max_tokens=self.settings.replay_token_cap
+        )
 
     def close(self) -> None:
         """Stop the compile workers."""
         self.compiler.close()
+
+
+#: An engine on any model: what routes that only need a tokenizer and a compiler take.
+AnyEngine: TypeAlias = Engine[ServingModel]

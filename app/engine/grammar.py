@@ -10,7 +10,15 @@ from typing import Any
 
 from app.exceptions import InvalidInput
 
-__all__ = ["PRESETS", "CompileOptions", "CompileResult", "GrammarKind", "GrammarSpec"]
+__all__ = [
+    "PRESETS",
+    "CompileOptions",
+    "CompileResult",
+    "GrammarKind",
+    "GrammarSpec",
+    "MaskingLibrary",
+    "presets",
+]
 
 
 class GrammarKind(StrEnum):
@@ -19,6 +27,13 @@ class GrammarKind(StrEnum):
     JSON_SCHEMA = "json_schema"
     EBNF = "ebnf"
     REGEX = "regex"
+
+
+class MaskingLibrary(StrEnum):
+    """The libraries that can compute the mask (the grammar request's ``engine``)."""
+
+    XGRAMMAR = "xgrammar"
+    LLGUIDANCE = "llguidance"
 
 
 @dataclass(frozen=True)
@@ -65,14 +80,33 @@ PRESETS: dict[str, CompileOptions] = {
     "sglang": CompileOptions(any_whitespace=True),
 }
 
+#: Options by preset when llguidance masks. vLLM's guidance backend
+#: (``vllm/v1/structured_output/backend_guidance.py``, 0.32.0) passes only
+#: ``whitespace_flexible = not disable_any_whitespace`` and leaves ``additionalProperties`` as the
+#: schema has it (``disable_additional_properties`` is off by default); SGLang's llguidance
+#: backend (0.5.23) passes ``whitespace_flexible = any_whitespace`` (on by default). Neither sets
+#: separators, so llguidance's own ``,`` and ``:`` apply: ``any_whitespace`` gives those too.
+_LLGUIDANCE_PRESETS: dict[str, CompileOptions] = {
+    **PRESETS,
+    "vllm": CompileOptions(any_whitespace=True, strict_mode=False),
+    "sglang": CompileOptions(any_whitespace=True, strict_mode=False),
+}
+
+
+def presets(library: MaskingLibrary = MaskingLibrary.XGRAMMAR) -> dict[str, CompileOptions]:
+    """The options each preset names when ``library`` masks."""
+    return _LLGUIDANCE_PRESETS if library is MaskingLibrary.LLGUIDANCE else PRESETS
+
 
 @dataclass(frozen=True)
 class GrammarSpec:
-    """A grammar request: the kind of source, the source text, and compile options."""
+    """A grammar request: the kind of source, the source text, compile options, and the library
+    that masks."""
 
     kind: GrammarKind
     source: str
     options: CompileOptions = field(default_factory=CompileOptions)
+    library: MaskingLibrary = MaskingLibrary.XGRAMMAR
 
     @property
     def is_json(self) -> bool:
@@ -81,7 +115,8 @@ class GrammarSpec:
 
     def cache_key(self) -> str:
         """A canonical string naming this request (the tokenizer is added by the compiler)."""
-        return json.dumps([self.kind.value, self.source, self.options.to_dict()], sort_keys=True)
+        key = [self.kind.value, self.source, self.options.to_dict(), self.library.value]
+        return json.dumps(key, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -90,12 +125,17 @@ class CompileResult:
 
     Attributes:
         spec: what was compiled.
-        compiled: the ``xgrammar.CompiledGrammar`` that matchers are built from.
-        grammar_text: the grammar as xgrammar prints it (EBNF, after its own rewriting).
-        rule_names: rule names by rule id, to name the parser's active states.
-        warnings: lines xgrammar printed while compiling, e.g. an ignored ``multipleOf``.
-        compile_ms: wall time of the compile in its worker process.
-        size_bytes: memory xgrammar reports for the compiled grammar.
+        compiled: what matchers are built from: an ``xgrammar.CompiledGrammar``, or for
+            llguidance an :class:`app.engine.llguidance.LlguidanceGrammar`.
+        grammar_text: the grammar as the library holds it (xgrammar: its EBNF after its own
+            rewriting; llguidance: its serialized grammar).
+        rule_names: rule names by rule id, to name the parser's active states (empty for
+            llguidance, which exposes none).
+        warnings: lines the library reported while compiling, e.g. an ignored ``multipleOf``.
+        compile_ms: wall time of the compile (llguidance: until its first mask).
+        size_bytes: memory xgrammar reports for the compiled grammar; for llguidance, the size of
+            its serialized grammar (it reports no memory figure).
+        not_carried: the options the library has no equivalent for (llguidance only).
         cached: True when this answer came from the cache (the figures are the original ones).
     """
 
@@ -106,4 +146,5 @@ class CompileResult:
     warnings: tuple[str, ...]
     compile_ms: float
     size_bytes: int
+    not_carried: tuple[str, ...] = ()
     cached: bool = False

@@ -16,13 +16,16 @@ from app.verdicts import Validation, ValidationError
 
 __all__ = [
     "Disagreement",
+    "FollowerRecord",
     "GrammarState",
     "Probe",
     "Rejection",
     "ReplayResult",
     "ReplayToken",
+    "ReplayVerdict",
     "StepRecord",
     "TIMING_FIELDS",
+    "TopDifference",
     "TopToken",
     "Validation",
     "ValidationError",
@@ -101,6 +104,59 @@ class GrammarState:
 
 
 @dataclass(frozen=True, slots=True)
+class TopDifference:
+    """A token that one engine allows and the other blocks, with its raw probability."""
+
+    token_id: int
+    text: str
+    prob: float
+    driver: bool
+    follower: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerRecord:
+    """The following engine's view of one step (compare mode), against the driving engine's.
+
+    Attributes:
+        engine: the follower's library.
+        allowed_count: tokens the follower's mask allows (0 once it has ended).
+        only_driver: tokens the driver allows and the follower blocks.
+        only_follower: tokens the follower allows and the driver blocks.
+        mask_only: how many of those differing tokens the engine whose mask blocks them would
+            still accept (llguidance's mask leaves out non-canonical spellings of forced text):
+            a difference of masks, not of languages.
+        top_differences: the most probable of those tokens (raw distribution), most first.
+        jump_forward: the follower's jump-forward string in this state.
+        terminated: whether the follower terminated after this step's token.
+        refused: why the follower ended: it refused the token the driver took at step
+            ``ended_at`` (kept on every later step); None while it follows.
+        ended_at: the step at which the follower refused the driver's token, or None.
+        diverged: the languages differ at this step (a differing token that is not
+            ``mask_only``), or the jump-forward strings or termination do, or the follower
+            refused its token.
+    """
+
+    engine: str
+    allowed_count: int
+    only_driver: int
+    only_follower: int
+    mask_only: int
+    top_differences: tuple[TopDifference, ...]
+    jump_forward: str
+    terminated: bool
+    refused: str | None
+    ended_at: int | None
+    diverged: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["top_differences"] = [dataclasses.asdict(t) for t in self.top_differences]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class StepRecord:
     """Everything known about one generation step; see ``shared/API.md`` for each field.
 
@@ -134,6 +190,8 @@ class StepRecord:
     terminated: bool
     inexact: tuple[str, ...] | None = None
     blocked_mass_max: float | None = None
+    allowed_tokens: tuple[TopToken, ...] = ()
+    follower: FollowerRecord | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: bytes as base64, tuples as lists; the remote-only fields when set."""
@@ -142,9 +200,11 @@ class StepRecord:
             del out["inexact"], out["blocked_mass_max"]
         else:
             out["inexact"] = list(self.inexact)
+        out["follower"] = self.follower.to_dict() if self.follower else None
         out["token_bytes"] = _b64(self.token_bytes)
         out["bitmask"] = _b64(self.bitmask)
         out["top"] = [t.to_dict() for t in self.top]
+        out["allowed_tokens"] = [t.to_dict() for t in self.allowed_tokens]
         out["rules"] = list(self.rules)
         out["probe"] = self.probe.to_dict()
         return out
@@ -209,6 +269,7 @@ class ReplayResult:
     complete: bool
     tokens: tuple[ReplayToken, ...]
     rejection: Rejection | None
+    follower: ReplayVerdict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -216,5 +277,29 @@ class ReplayResult:
             "accepted": self.accepted,
             "complete": self.complete,
             "tokens": [t.to_dict() for t in self.tokens],
+            "rejection": self.rejection.to_dict() if self.rejection else None,
+            "follower": self.follower.to_dict() if self.follower else None,
+        }
+
+    def verdict(self, engine: str) -> ReplayVerdict:
+        """This replay's verdict, named after the engine that gave it."""
+        return ReplayVerdict(engine, self.accepted, self.complete, self.rejection)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayVerdict:
+    """A second engine's verdict on the same tokens (replay with ``compare``)."""
+
+    engine: str
+    accepted: bool
+    complete: bool
+    rejection: Rejection | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "engine": self.engine,
+            "accepted": self.accepted,
+            "complete": self.complete,
             "rejection": self.rejection.to_dict() if self.rejection else None,
         }

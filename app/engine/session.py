@@ -6,6 +6,7 @@ engine): it either completes and is recorded, or fails and leaves the session as
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from enum import StrEnum
 
 import torch
 
+from app.engine.compare import Follower
 from app.engine.distribution import MaskedDistribution, mask_distribution
 from app.engine.forward.base import ForwardEngine, RawDistribution, ServingModel
 from app.engine.grammar import CompileResult
@@ -74,6 +76,8 @@ class Session:
         sampling: greedy by default; the draw of step i depends only on (seed, i).
         max_tokens: steps after which the session stops.
         top_k: candidates of the raw distribution recorded per step.
+        follower: compare mode: a second masking engine that follows the same tokens, its
+            differences recorded in each step's ``follower``.
     """
 
     def __init__(
@@ -87,6 +91,7 @@ class Session:
         sampling: SamplingParams | None = None,
         max_tokens: int = 256,
         top_k: int = 10,
+        follower: Follower | None = None,
     ) -> None:
         if max_tokens < 1:
             raise InvalidInput(f"max_tokens must be at least 1, got {max_tokens}")
@@ -103,6 +108,7 @@ class Session:
         self._tokens = model.tokens
         self._masking = masking
         self._forward = forward
+        self.follower = follower
         self._bitmask = new_bitmask(self._tokens.vocab_size)
         self._positions = [JsonPosition()]
         self._accepted: list[bool] = []
@@ -121,6 +127,11 @@ class Session:
         """The output so far (special tokens such as EOS are not part of it)."""
         data = b"".join(self._tokens.output_bytes(s.token_id) for s in self.steps)
         return data.decode("utf-8", errors="replace")
+
+    @property
+    def first_divergence(self) -> int | None:
+        """Compare mode: the first step at which the follower's view differed, or None."""
+        return next((s.index for s in self.steps if s.follower and s.follower.diverged), None)
 
     @property
     def kv_bytes(self) -> int:
@@ -223,6 +234,8 @@ class Session:
             self._records_bytes -= sum(s.nbytes() for s in self.steps[-n:])
             del self.steps[-n:], self._accepted[-n:], self._positions[-n:]
             self._forward.truncate(len(self.steps))
+            if self.follower is not None:
+                self.follower.truncate(len(self.steps))
             self.stop_reason = None
             self._state = None
 
@@ -252,7 +265,7 @@ class Session:
         words = self._bitmask[0]
         if forced is not None and not is_allowed(words, forced):
             raise self._refusal(forced, words, index)
-        accepted = False
+        accepted = followed = False
         try:
             raw = self._forward.distribution()
             token = forced
@@ -263,17 +276,27 @@ class Session:
             allowed = allowed_array(words, self._tokens.vocab_size)
             top = [t.token_id for t in view.top]
             probe = probe_mask(self._masking, allowed, chosen=token, top=top, index=index)
+            comparison = None
+            if self.follower is not None:  # in the state this step's mask was computed in
+                probs = view.probs if view.probs is not None else view.known
+                comparison = self.follower.compare(words, probs, self._masking.probe_token)
             accepted = self._masking.accept_token(token)
             position = self._positions[-1]
             if accepted and self.grammar.spec.is_json:
                 position = advance(position, self._tokens.output_bytes(token))
             record = self._record(index, token, forced is not None, mask, raw, view, probe, start)
+            if self.follower is not None:
+                compared = self.follower.follow(record, comparison)
+                followed = True
+                record = dataclasses.replace(record, follower=compared)
             stop_reason = self._stop_reason(record, accepted)
             self._forward.extend(token)
         except BaseException:
-            # A step is a transaction: undo what the two engines did, whatever failed.
+            # A step is a transaction: undo what the engines did, whatever failed.
             if accepted:
                 self._masking.rollback(1)
+            if followed and self.follower is not None:
+                self.follower.undo()
             self._forward.truncate(index)
             raise
         self.steps.append(record)
@@ -330,6 +353,7 @@ class Session:
             # A remote engine's record states which figures are bounds; a local one's are exact.
             inexact=_inexact(token, view) if view.reports_bounds else None,
             blocked_mass_max=view.blocked_mass_max if view.reports_bounds else None,
+            allowed_tokens=view.allowed_tokens,
         )
 
     def _stop_reason(self, record: StepRecord, accepted: bool) -> StopReason | None:

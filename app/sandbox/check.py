@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import math
 import types
+from dataclasses import dataclass
 from typing import Literal
 
 from app.exceptions import SourceRefused
@@ -27,7 +28,7 @@ from app.sandbox.reach import (
 from app.sandbox.scan import refuse as _refuse
 from app.sandbox.scan import scan
 
-__all__ = ["ALLOWED_MODULES", "check_source"]
+__all__ = ["ALLOWED_MODULES", "CheckedSource", "check_source"]
 
 BUILTIN_TYPES = frozenset(
     {"int", "float", "str", "bool", "bytes", "list", "dict", "set", "frozenset", "tuple"}
@@ -331,19 +332,79 @@ def _describe(node: ast.AST) -> str:
     return names.get(type(node), type(node).__name__)
 
 
-def check_source(source: str) -> None:
-    """Refuse a Pydantic source that is too big, too nested, or uses a construct not allowed.
+@dataclass(frozen=True, slots=True)
+class CheckedSource:
+    """A source that passed the check: the text to run (methods removed) and what was removed.
 
-    Raises:
-        SourceRefused: with the line, the column and the construct.
+    Attributes:
+        source: the source with every method of a class (validators included, decorators and
+            all) replaced by ``pass`` and blank lines, so that line numbers stay the same.
+        stripped: the methods removed, e.g. ``"Answer.check_reason (@field_validator)"``.
     """
-    scan(source)
+
+    source: str
+    stripped: tuple[str, ...] = ()
+
+
+def _parse(source: str) -> ast.Module:
     try:
-        tree = ast.parse(source, filename="<schema>")
+        return ast.parse(source, filename="<schema>")
     except SyntaxError as error:
         raise SourceRefused(
             f"syntax error: {error.msg}", line=error.lineno, column=error.offset
         ) from None
     except (RecursionError, MemoryError, ValueError) as error:
         raise SourceRefused(f"the source cannot be parsed: {type(error).__name__}") from None
+
+
+def _methods(tree: ast.Module) -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    return [
+        (node.name, item)
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+        for item in node.body
+        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+    ]
+
+
+def _describe_method(owner: str, node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    decorators = [
+        ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list
+    ]
+    kind = ", ".join(f"@{d}"[:60] for d in decorators) or "a method"
+    return f"{owner}.{node.name} ({kind})"
+
+
+def _strip_methods(source: str, tree: ast.Module) -> CheckedSource:
+    """Methods do not change the JSON Schema: remove them (their lines become blank) rather than
+    refuse the source. What remains is checked as a whole afterwards, like any source."""
+    methods = _methods(tree)
+    if not methods:
+        return CheckedSource(source)
+    lines = source.splitlines(keepends=True)
+    for _, node in methods:
+        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        assert node.end_lineno is not None
+        indent = " " * node.col_offset
+        lines[first - 1] = f"{indent}pass\n"
+        for number in range(first, node.end_lineno):
+            lines[number] = "\n"
+    stripped = tuple(_describe_method(owner, node) for owner, node in methods)
+    return CheckedSource("".join(lines), stripped)
+
+
+def check_source(source: str) -> CheckedSource:
+    """Refuse a Pydantic source that is too big, too nested, or uses a construct not allowed;
+    the methods of its classes (validators...) are removed, not refused.
+
+    Returns:
+        The source to run, with its methods removed, and their names.
+
+    Raises:
+        SourceRefused: with the line, the column and the construct.
+    """
+    scan(source)
+    checked = _strip_methods(source, _parse(source))
+    tree = _parse(checked.source)
     _Checker(tree).module(tree)
+    return checked

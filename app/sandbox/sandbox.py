@@ -33,6 +33,7 @@ class PydanticSchema:
     schema: dict[str, Any]
     models: tuple[str, ...]
     root: str
+    stripped: tuple[str, ...] = ()
 
 
 class Sandbox:
@@ -107,12 +108,14 @@ class Sandbox:
             )
         return level
 
-    def _run(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _run(self, request: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """The child's answer for ``request``, run on the checked source (methods removed), and
+        the methods removed."""
         level = self._check_level()
         with _CHECKING:
-            check_source(request["source"])
+            checked = check_source(request["source"])
         with self._slots:
-            answer = run_child(request, self.limits, require=level)
+            answer = run_child({**request, "source": checked.source}, self.limits, require=level)
         if not answer["ok"]:
             error = answer.get("error")
             if not isinstance(error, dict):
@@ -121,7 +124,7 @@ class Sandbox:
             raise PydanticFailed(
                 str(error.get("message")), line=line if isinstance(line, int) else None
             )
-        return answer
+        return answer, checked.stripped
 
     def schema(self, source: str, root_model: str | None = None) -> PydanticSchema:
         """The JSON Schema pydantic derives for the root model (the last one, or ``root_model``).
@@ -136,10 +139,15 @@ class Sandbox:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
-        answer = self._run({"action": "schema", "source": source, "root_model": root_model})
+        answer, stripped = self._run(
+            {"action": "schema", "source": source, "root_model": root_model}
+        )
         try:
             result = PydanticSchema(
-                dict(answer["schema"]), tuple(map(str, answer["models"])), str(answer["root"])
+                dict(answer["schema"]),
+                tuple(map(str, answer["models"])),
+                str(answer["root"]),
+                stripped,
             )
         except (KeyError, TypeError, ValueError):
             raise malformed() from None
@@ -160,7 +168,7 @@ class Sandbox:
         """
         if not texts:
             return []
-        answer = self._run(
+        answer, _ = self._run(
             {"action": "validate", "source": source, "root_model": root_model, "texts": list(texts)}
         )
         try:

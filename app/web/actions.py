@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from app.engine import (
+    AnyEngine,
     CompileResult,
-    Engine,
     GrammarSpec,
+    MaskingLibrary,
     ReplayResult,
     ReplayToken,
     SamplingParams,
+    Session,
     StepRecord,
     Validation,
 )
-from app.engine.remote.model import RemoteModel
 from app.exceptions import InvalidInput, RunInProgress
 from app.sandbox.sandbox import PydanticSchema
 from app.web.models import GrammarIn, ReplayIn, SessionIn
@@ -29,7 +31,9 @@ __all__ = [
     "compile_answer",
     "compile_grammar",
     "compiled",
+    "compiled_follower",
     "create_session",
+    "follower_summary",
     "force",
     "replay",
     "replay_token",
@@ -59,9 +63,7 @@ async def resolve(state: AppState, grammar: GrammarIn) -> Resolved:
     return Resolved(grammar.to_spec(json.dumps(derived.schema, indent=2)), derived)
 
 
-async def compiled(
-    state: AppState, engine: Engine | Engine[RemoteModel], spec: GrammarSpec
-) -> CompileResult:
+async def compiled(state: AppState, engine: AnyEngine, spec: GrammarSpec) -> CompileResult:
     """The compiled grammar: from the cache at once, else from a compile worker (429 when too
     many compiles wait for one)."""
     hit = engine.cached(spec)
@@ -71,28 +73,46 @@ async def compiled(
 
 
 async def compile_grammar(
-    state: AppState, engine: Engine, grammar: GrammarIn
+    state: AppState, engine: AnyEngine, grammar: GrammarIn
 ) -> tuple[CompileResult, Resolved]:
     """Compile off the event loop (the compile itself runs in a worker process)."""
     resolved = await resolve(state, grammar)
     return await compiled(state, engine, resolved.spec), resolved
 
 
+async def compiled_follower(
+    state: AppState, engine: AnyEngine, spec: GrammarSpec, compare: str | None
+) -> MaskingLibrary | None:
+    """Compare mode: compile ``spec`` with the ``compare`` library too (in the compile pool, so
+    the session or replay finds it cached); the library, or None without compare mode."""
+    if compare is None:
+        return None
+    library = MaskingLibrary(compare)
+    if library is not spec.library:  # the engine refuses the same library, with the reason
+        await compiled(state, engine, dataclasses.replace(spec, library=library))
+    return library
+
+
 def compile_answer(result: CompileResult, grammar: GrammarIn, resolved: Resolved) -> dict[str, Any]:
-    """The ``/api/compile`` answer."""
+    """The ``/api/compile`` answer (with ``not_carried`` when llguidance compiled it)."""
     derived = resolved.pydantic
-    return {
+    answer = {
         "grammar": result.grammar_text,
         "json_schema": derived.schema if derived else None,
         "models": list(derived.models) if derived else None,
+        "stripped": list(derived.stripped) if derived else None,
         "warnings": list(result.warnings),
         "stats": {
             "compile_ms": result.compile_ms,
             "size_bytes": result.size_bytes,
             "cached": result.cached,
         },
-        "options": grammar.options.echo(),
+        "options": grammar.options.echo(grammar.engine),
+        "engine": grammar.engine,
     }
+    if result.spec.library is MaskingLibrary.LLGUIDANCE:
+        answer["not_carried"] = list(result.not_carried)
+    return answer
 
 
 async def create_session(state: AppState, body: SessionIn) -> SessionHandle:
@@ -101,6 +121,7 @@ async def create_session(state: AppState, body: SessionIn) -> SessionHandle:
     engine = state.engine_for(body.model)
     resolved = await resolve(state, body.grammar)
     grammar = await compiled(state, engine, resolved.spec)
+    compare = await compiled_follower(state, engine, resolved.spec, body.compare)
     sampling = SamplingParams.create(
         body.sampling.temperature, body.sampling.top_p, body.sampling.seed
     )
@@ -112,6 +133,7 @@ async def create_session(state: AppState, body: SessionIn) -> SessionHandle:
         sampling=sampling,
         max_tokens=body.max_tokens,
         top_k=body.top_k,
+        compare=compare,
     )
     request = body.model_dump(mode="json")
     request["sampling"]["seed"] = sampling.seed
@@ -174,6 +196,22 @@ async def step_response(
         "text": session.text,
         "validation": verdict.to_dict() if verdict else None,
         "state": after.to_dict(),
+        "follower": follower_summary(session),
+    }
+
+
+def follower_summary(session: Session) -> dict[str, Any] | None:
+    """Compare mode: the follower's engine, the first step where it diverged, and where (and
+    why) it ended; None without compare mode."""
+    follower = session.follower
+    if follower is None:
+        return None
+    last = session.steps[-1].follower if session.steps else None
+    return {
+        "engine": follower.engine,
+        "first_divergence": session.first_divergence,
+        "ended_at": last.ended_at if last else None,
+        "refused": last.refused if last else None,
     }
 
 
@@ -218,20 +256,22 @@ async def force(
     return record
 
 
-async def replay(state: AppState, engine: Engine, body: ReplayIn) -> ReplayResult:
+async def replay(state: AppState, engine: AnyEngine, body: ReplayIn) -> ReplayResult:
     """Walk the text or token ids through the grammar (413 past the token cap)."""
     grammar, _ = await compile_grammar(state, engine, body.grammar)
+    compare = await compiled_follower(state, engine, grammar.spec, body.compare)
     return await state.pools.replays.run(
         engine.replay,
         grammar,
         text=body.text,
         token_ids=body.token_ids,
         bitmask_for=body.bitmask_for,
+        compare=compare,
     )
 
 
 async def replay_token(
-    state: AppState, engine: Engine, grammar_in: GrammarIn, text: str, index: int
+    state: AppState, engine: AnyEngine, grammar_in: GrammarIn, text: str, index: int
 ) -> ReplayToken:
     """Token ``index`` of the replay of ``text``, with its bitmask: only the tokens up to it
     are walked, and only its bitmask is kept.

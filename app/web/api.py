@@ -13,7 +13,15 @@ from sse_starlette import EventSourceResponse
 from app.examples import load_examples
 from app.web import actions, sharing
 from app.web.deps import EngineDep, HandleDep, StateDep
-from app.web.models import CountIn, ForceIn, GrammarIn, PermalinkIn, ReplayIn, SessionIn
+from app.web.models import (
+    CountIn,
+    ForceIn,
+    GrammarIn,
+    PermalinkIn,
+    ReplayIn,
+    SessionIn,
+    check_test_sizes,
+)
 from app.web.stream import END_ID, run_events
 
 __all__ = ["router"]
@@ -151,12 +159,16 @@ async def trace(handle: HandleDep, state: StateDep) -> Response:
 @router.post("/api/permalinks", tags=["permalinks"], status_code=201,
              responses={200: {"description": "the same snapshot already existed"}})  # fmt: skip
 async def create_permalink(body: PermalinkIn, state: StateDep) -> JSONResponse:
-    """Store an immutable snapshot; equal content gives an equal id (201 new, 200 existing)."""
+    """Store an immutable snapshot; equal content gives an equal id (201 new, 200 existing).
+    Its schema unit tests (``tests``) are run, and their verdicts kept with them."""
     body.check_size(state.settings)
-    identity = state.engine_for(body.model).model.identity
+    check_test_sizes(body.tests)
+    engine = state.engine_for(body.model)
+    tests = await sharing.recorded_tests(state, engine, body.grammar, body.tests)
 
     def store() -> tuple[str, bool]:
-        return state.store.put(sharing.snapshot_of_request(body, identity))
+        snapshot = sharing.snapshot_of_request(body, engine.model.identity, tests=tests)
+        return state.store.put(snapshot)
 
     snapshot_id, created = await asyncio.to_thread(store)
     return JSONResponse(
@@ -169,10 +181,14 @@ async def get_permalink(
     snapshot_id: Annotated[str, Path(max_length=64)], state: StateDep, _: EngineDep
 ) -> dict[str, Any]:
     """The stored snapshot, with the model and versions recorded at share time, and what differs
-    from this server's."""
+    from this server's; its tests (``[]`` when it holds none) judged again here
+    (``test_results``, each with ``differs`` from the verdicts recorded at share time)."""
     snapshot, created = await sharing.load(state, snapshot_id)
     differences = sharing.differences(state, snapshot)
-    return {"id": snapshot_id, "created_at": created, **snapshot, "differences": differences}
+    engine = sharing.engine_of(state, snapshot)
+    results = await sharing.test_results(state, engine, snapshot) if engine else []
+    return {"id": snapshot_id, "created_at": created, "tests": [], **snapshot,
+            "differences": differences, "test_results": results}  # fmt: skip
 
 
 @router.post("/api/permalinks/{snapshot_id}/session", tags=["permalinks"])

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from app.doctor import Doctor, DoctorReport, PydanticSource, Status
-from app.engine import Engine
+from app.engine import AnyEngine
 from app.web import actions
 from app.web.deps import EngineDep, StateDep
 from app.web.models import DoctorIn
@@ -19,7 +19,7 @@ __all__ = ["editor_marks", "examine", "router"]
 router = APIRouter()
 
 
-async def examine(state: AppState, engine: Engine, body: DoctorIn) -> DoctorReport:
+async def examine(state: AppState, engine: AnyEngine, body: DoctorIn) -> DoctorReport:
     """Resolve the grammar request (Pydantic through the sandbox) and examine it off the loop."""
     resolved = await actions.resolve(state, body.grammar)
     pydantic = None

@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ValidationError
 
+from app.doctor.backends import vllm as vllm_rules
 from app.engine import Engine, render_prompt
 from app.exceptions import GrammarError, InvalidInput, SessionGone, SessionNotFound
 from app.export import TARGETS, ExportRequest, Message, PydanticSource, Sampling, export
@@ -99,10 +100,11 @@ async def export_request(
         prompt_text = rendered.text
     derived = resolved.pydantic
     sampling = body.sampling
+    schema = _schema(spec.source) if spec.is_json else None
     return ExportRequest(
         kind=spec.kind,
         source=spec.source,
-        schema=_schema(spec.source) if spec.is_json else None,
+        schema=schema,
         options=spec.options,
         preset=body.grammar.options.preset,
         model=served_model(state.settings),
@@ -112,7 +114,16 @@ async def export_request(
         sampling=Sampling(sampling.temperature, sampling.top_p, sampling.seed),
         max_tokens=body.max_tokens,
         pydantic=PydanticSource(body.grammar.source, derived.root) if derived else None,
+        vllm_fallback=_vllm_fallback(schema) if spec.is_json else None,
     )
+
+
+def _vllm_fallback(schema: Any) -> str | None:
+    """The Doctor's reasons vLLM's ``auto`` would not give this schema to xgrammar, or None."""
+    reasons = vllm_rules.unsupported(schema)
+    if not reasons:
+        return None
+    return "; ".join(f"{r.message} at {r.pointer or '/'}" for r in reasons)
 
 
 async def _from_session(state: AppState, engine: Engine, handle: SessionHandle) -> ExportRequest:

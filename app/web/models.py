@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from app.doctor import DEFAULT_BUDGET_MS, MAX_BUDGET_MS
-from app.engine import PRESETS, ChatMessage, CompileOptions, GrammarKind, GrammarSpec, with_schema
-from app.exceptions import InvalidInput
+from app.engine import (
+    ChatMessage,
+    CompileOptions,
+    GrammarKind,
+    GrammarSpec,
+    MaskingLibrary,
+    presets,
+    with_schema,
+)
+from app.exceptions import InvalidInput, TooLarge
+from app.schematests import MAX_TESTS, MAX_TEXT_BYTES, Expect, SchemaTest
 from app.settings import LOCAL_MODEL_ID, Settings
 
 __all__ = [
@@ -23,7 +33,11 @@ __all__ = [
     "PermalinkIn",
     "ReplayIn",
     "SamplingIn",
+    "SchemaTestIn",
+    "SchemaTestsIn",
     "SessionIn",
+    "check_test_sizes",
+    "listed_tests",
 ]
 
 MAX_SOURCE_CHARS = 256 * 1024
@@ -40,6 +54,11 @@ def _valid_unicode(value: str) -> str:
 
 Text = Annotated[str, AfterValidator(_valid_unicode)]
 Separator = Annotated[str, Field(max_length=8)]
+Library = Literal["xgrammar", "llguidance"]
+Compare = Annotated[
+    Library | None,
+    Field(description="compare mode: this engine follows the same tokens (the other engine)"),
+]
 
 
 class _Strict(BaseModel):
@@ -61,8 +80,9 @@ class OptionsIn(_Strict):
     max_whitespace_cnt: int | None = Field(default=None, ge=1, le=1024)
     root_model: str | None = Field(default=None, max_length=200)
 
-    def effective(self) -> CompileOptions:
-        """The preset's options with the explicit ones applied."""
+    def effective(self, engine: Library = "xgrammar") -> CompileOptions:
+        """The preset's options (as they are when ``engine`` masks) with the explicit ones
+        applied."""
         overrides = {
             name: value
             for name in ("any_whitespace", "strict_mode", "indent", "separators")
@@ -70,11 +90,12 @@ class OptionsIn(_Strict):
         }
         if self.max_whitespace_cnt is not None:
             overrides["max_whitespace_cnt"] = self.max_whitespace_cnt
-        return dataclasses.replace(PRESETS[self.preset], **overrides)
+        return dataclasses.replace(presets(MaskingLibrary(engine))[self.preset], **overrides)
 
-    def echo(self) -> dict[str, Any]:
+    def echo(self, engine: Library = "xgrammar") -> dict[str, Any]:
         """The effective options as the API returns them."""
-        return {"preset": self.preset, **self.effective().to_dict(), "root_model": self.root_model}
+        effective = self.effective(engine).to_dict()
+        return {"preset": self.preset, **effective, "root_model": self.root_model}
 
 
 class GrammarIn(_Strict):
@@ -83,6 +104,7 @@ class GrammarIn(_Strict):
     kind: Literal["json_schema", "pydantic", "ebnf", "regex"]
     source: Text = Field(max_length=MAX_SOURCE_CHARS)
     options: OptionsIn = Field(default_factory=OptionsIn)
+    engine: Library = Field(default="xgrammar", description="the library that computes the mask")
 
     def check_size(self, settings: Settings) -> None:
         """Refuse a source above the settings' size limit."""
@@ -95,10 +117,11 @@ class GrammarIn(_Strict):
 
     def to_spec(self, json_schema: str | None = None) -> GrammarSpec:
         """The engine's grammar spec; a Pydantic source compiles as its derived ``json_schema``."""
+        options, library = self.options.effective(self.engine), MaskingLibrary(self.engine)
         if self.kind == "pydantic":
             assert json_schema is not None
-            return GrammarSpec(GrammarKind.JSON_SCHEMA, json_schema, self.options.effective())
-        return GrammarSpec(GrammarKind(self.kind), self.source, self.options.effective())
+            return GrammarSpec(GrammarKind.JSON_SCHEMA, json_schema, options, library)
+        return GrammarSpec(GrammarKind(self.kind), self.source, options, library)
 
 
 class MessageIn(_Strict):
@@ -135,6 +158,7 @@ class SessionIn(_Strict):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
         description="the model to run on: `local`, or a remote engine's id (GET /api/models)",
     )
+    compare: Compare = None
 
     def prompt_bytes(self) -> int:
         """The size of the prompt as sent: every message and the raw prompt, in UTF-8."""
@@ -171,6 +195,47 @@ class SessionIn(_Strict):
         return messages
 
 
+class SchemaTestIn(_Strict):
+    """A schema unit test: a document and whether the grammar must pass or fail it."""
+
+    text: Text = Field(
+        json_schema_extra={"maxLength": MAX_TEXT_BYTES},
+        description=f"at most {MAX_TEXT_BYTES} bytes in UTF-8 (413 beyond)",
+    )
+    expect: Literal["pass", "fail"]
+
+    def to_test(self) -> SchemaTest:
+        """The engine's test."""
+        return SchemaTest(self.text, Expect(self.expect))
+
+
+def check_test_sizes(tests: list[SchemaTestIn], *, at: str = "/tests") -> None:
+    """Refuse a test text above :data:`MAX_TEXT_BYTES` (413, with its pointer)."""
+    for index, test in enumerate(tests):
+        size = len(test.text.encode("utf-8"))
+        if size > MAX_TEXT_BYTES:
+            raise TooLarge(
+                f"test {index} is {size} bytes; a test may hold {MAX_TEXT_BYTES}",
+                pointer=f"{at}/{index}/text",
+            )
+
+
+def listed_tests(raw: str) -> tuple[list[Any], list[Any]]:
+    """The page's tests (a JSON list of ``{"text", "expect", "recorded"?}``) and, apart, the
+    verdicts recorded at share time for the tests that came from a permalink."""
+    try:
+        listed = json.loads(raw or "[]")
+    except json.JSONDecodeError as error:
+        raise InvalidInput(f"tests: not JSON ({error.msg})", pointer="/tests") from None
+    if not isinstance(listed, list):
+        raise InvalidInput("tests: a list of tests", pointer="/tests")
+    recorded = [t.pop("recorded", None) if isinstance(t, dict) else None for t in listed]
+    return listed, recorded
+
+
+SchemaTests = Annotated[list[SchemaTestIn], Field(max_length=MAX_TESTS)]
+
+
 class ActionIn(_Strict):
     """One thing done to a session, for a permalink's trace."""
 
@@ -187,9 +252,12 @@ class ActionIn(_Strict):
 
 
 class PermalinkIn(SessionIn):
-    """A session request and the trace to replay on it."""
+    """A session request, the trace to replay on it, and the schema's unit tests."""
 
     actions: list[ActionIn] = Field(default_factory=list, max_length=4096)
+    tests: SchemaTests = Field(
+        default_factory=list, description="schema unit tests kept with the link"
+    )
 
 
 class CountIn(_Strict):
@@ -220,6 +288,7 @@ class ReplayIn(_Strict):
         max_length=64,
         description="token indices whose packed bitmask the answer includes",
     )
+    compare: Compare = None
 
     @model_validator(mode="after")
     def _one_input(self) -> ReplayIn:
@@ -244,3 +313,10 @@ class DoctorIn(_Strict):
     max_tokens: int | None = Field(
         default=None, ge=1, le=4096, description="flagged when below the shortest document"
     )
+
+
+class SchemaTestsIn(_Strict):
+    """Schema unit tests to run on a grammar."""
+
+    grammar: GrammarIn
+    tests: SchemaTests

@@ -11,19 +11,32 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 from starlette.datastructures import FormData
 
-from app.engine import PRESETS, StepRecord
+from app.engine import PRESETS, MaskingLibrary, StepRecord, presets
+from app.engine.mask_summary import summarize_mask
 from app.examples import Example, load_examples
 from app.exceptions import GrammarError, InvalidInput, PermalinkNotFound
 from app.web import actions, doctor, sharing
 from app.web.deps import EngineDep, HandleDep, StateDep
 from app.web.errors import not_found_page
-from app.web.models import DoctorIn, GrammarIn, ReplayIn, SessionIn
+from app.web.models import (
+    DoctorIn,
+    GrammarIn,
+    ReplayIn,
+    SchemaTestsIn,
+    SessionIn,
+    check_test_sizes,
+    listed_tests,
+)
+from app.web.replay_cause import replay_cause
 from app.web.sessions import SessionHandle
 from app.web.state import AppState
 
 __all__ = ["form_session_request", "router"]
 
 router = APIRouter(include_in_schema=False)
+
+#: The most steps one page request takes (the API's cap on ``n``).
+STEP_N_MAX = 512
 
 
 def _render(state: AppState, request: Request, name: str, context: dict[str, Any]) -> HTMLResponse:
@@ -51,8 +64,11 @@ def _number(form: FormData, name: str) -> str | None:
 
 
 def _grammar(form: FormData) -> dict[str, Any]:
+    # "custom" (an option edited by hand): every option the presets differ in is explicit in the
+    # form, so any preset is a neutral base.
+    preset = form.get("preset") or "maskscope"
     options: dict[str, Any] = {
-        "preset": form.get("preset") or "maskscope",
+        "preset": "maskscope" if preset == "custom" else preset,
         "any_whitespace": form.get("any_whitespace") == "on",
         "strict_mode": form.get("strict_mode") == "on",
         "indent": _number(form, "indent"),
@@ -63,7 +79,14 @@ def _grammar(form: FormData) -> dict[str, Any]:
     if item or key:
         options["separators"] = [item or ", ", key or ": "]
     return {"kind": form.get("kind") or "json_schema", "source": form.get("source") or "",
-            "options": options}  # fmt: skip
+            "options": options, "engine": form.get("engine") or "xgrammar"}  # fmt: skip
+
+
+def _compare(form: FormData) -> str | None:
+    """Compare mode: the other engine when the form's toggle is on."""
+    if form.get("compare") != "on":
+        return None
+    return "xgrammar" if form.get("engine") == "llguidance" else "llguidance"
 
 
 def form_session_request(form: FormData) -> SessionIn:
@@ -77,6 +100,7 @@ def form_session_request(form: FormData) -> SessionIn:
         },
         "max_tokens": _number(form, "max_tokens") or 256,
         "schema_in_prompt": form.get("schema_in_prompt") == "on",
+        "compare": _compare(form),
     }
     if form.get("prompt_mode") == "raw":
         body["raw_prompt"] = form.get("raw_prompt") or ""
@@ -107,6 +131,8 @@ def _prefill_from_request(request: dict[str, Any]) -> dict[str, Any]:
         "schema_in_prompt": request.get("schema_in_prompt", False),
         "sampling": request.get("sampling") or {},
         "max_tokens": request.get("max_tokens", 256),
+        "engine": grammar.get("engine", "xgrammar"),
+        "compare": request.get("compare") is not None,
     }
 
 
@@ -131,13 +157,17 @@ def _page(request: Request, state: AppState, prefill: dict[str, Any], **extra: A
     options = {**PRESETS["maskscope"].to_dict(), "preset": "maskscope", **prefill["options"]}
     context = {
         "examples": examples,
-        "prefill": {**prefill, "options": options},
+        "prefill": {"engine": "xgrammar", "compare": False, **prefill, "options": options},
+        "llguidance_presets": {
+            name: o.to_dict() for name, o in presets(MaskingLibrary.LLGUIDANCE).items()
+        },
         "identity": identity,
         "presets": {name: o.to_dict() for name, o in PRESETS.items()},
         "caps": {"max_tokens": state.settings.max_tokens_cap},
         "example_id": None,
         "permalink": None,
         "differences": [],
+        "shared_tests": [],
         **extra,
     }
     return _render(state, request, "pages/playground.html", context)
@@ -167,6 +197,7 @@ async def permalink_page(request: Request, state: StateDep, snapshot_id: str) ->
         trace_steps=sum(a.get("n", 1) for a in snapshot["actions"]),
         # While the model loads, the page shows; opening the session is 503.
         differences=sharing.differences(state, snapshot),
+        shared_tests=snapshot.get("tests") or [],
     )
 
 
@@ -184,17 +215,26 @@ async def open_permalink_fragment(
         ("partials/_prompt.html", {"prompt": handle.session.prompt, "oob": True}),
     ]
     if steps:
-        parts.append(("partials/_inspector.html",
-                      {"step": steps[-1], "session_id": handle.id, "oob": True}))  # fmt: skip
+        context = _inspector_context(handle, steps[-1], oob=True)
+        parts.append(("partials/_inspector.html", context))
     return _fragments(state, *parts)
 
 
 @router.post("/ui/sessions/{session_id}/share", response_class=HTMLResponse)
-async def share_fragment(request: Request, state: StateDep, handle: HandleDep) -> HTMLResponse:
-    """Store the session as a permalink; the link, ready to copy."""
+async def share_fragment(
+    request: Request, state: StateDep, engine: EngineDep, handle: HandleDep
+) -> HTMLResponse:
+    """Store the session as a permalink, with the Tests panel's tests (the form's ``tests``,
+    a JSON list) and their verdicts; the link, ready to copy."""
+    listed, _ = listed_tests(str((await request.form()).get("tests") or ""))
+    body: SchemaTestsIn = _validated(
+        SchemaTestsIn, {"grammar": handle.request["grammar"], "tests": listed}
+    )
+    check_test_sizes(body.tests)
+    tests = await sharing.recorded_tests(state, engine, body.grammar, body.tests)
 
     def store() -> tuple[str, bool]:
-        return state.store.put(sharing.snapshot_of_session(handle))
+        return state.store.put(sharing.snapshot_of_session(handle, tests=tests))
 
     snapshot_id, _ = await asyncio.to_thread(store)
     context = {"url": f"{request.base_url}s/{snapshot_id}", "path": f"/s/{snapshot_id}",
@@ -236,6 +276,15 @@ async def doctor_fragment(request: Request, state: StateDep, engine: EngineDep) 
     return _render(state, request, "partials/_doctor.html", context)
 
 
+def _inspector_context(
+    handle: SessionHandle, step: StepRecord, *, oob: bool = False
+) -> dict[str, Any]:
+    """The inspector's context for a step of ``handle``: the record and its mask in words (with
+    the session's own tokenizer)."""
+    summary = summarize_mask(step.bitmask, handle.session.model.tokens)
+    return {"step": step, "session_id": handle.id, "summary": summary, "oob": oob}
+
+
 async def _step_parts(
     state: AppState, handle: SessionHandle, records: list[StepRecord]
 ) -> list[tuple[str, dict[str, Any]]]:
@@ -245,8 +294,8 @@ async def _step_parts(
     ]
     steps = handle.session.steps
     if steps:
-        parts.append(("partials/_inspector.html", {"step": steps[-1], "session_id": handle.id,
-                                                   "oob": True}))  # fmt: skip
+        context = _inspector_context(handle, steps[-1], oob=True)
+        parts.append(("partials/_inspector.html", context))
     answer = await actions.step_response(state, handle, [])
     parts.append(("partials/_status.html", {"state": answer, "handle": handle, "oob": True}))
     return parts
@@ -266,9 +315,16 @@ async def new_session(request: Request, state: StateDep, engine: EngineDep) -> H
 
 
 @router.post("/ui/sessions/{session_id}/step", response_class=HTMLResponse)
-async def step_fragment(state: StateDep, handle: HandleDep) -> HTMLResponse:
-    """One step: its chip, with the inspector and status out of band."""
-    records = await actions.step(state, handle, 1)
+async def step_fragment(request: Request, state: StateDep, handle: HandleDep) -> HTMLResponse:
+    """``n`` steps (1 by default): their chips, with the inspector and status out of band."""
+    form = await request.form()
+    try:
+        n = int(str(form.get("n") or 1))
+    except ValueError:
+        raise InvalidInput("n must be an integer") from None
+    if not 1 <= n <= STEP_N_MAX:
+        raise InvalidInput(f"n must be between 1 and {STEP_N_MAX}, got {n}")
+    records = await actions.step(state, handle, n)
     return _fragments(state, *await _step_parts(state, handle, records))
 
 
@@ -328,14 +384,15 @@ async def inspector_fragment(
     steps = handle.session.steps
     if index >= len(steps):
         raise InvalidInput(f"step {index} does not exist (the session has {len(steps)} steps)")
-    context = {"step": steps[index], "session_id": handle.id}
+    context = _inspector_context(handle, steps[index])
     return _render(state, request, "partials/_inspector.html", context)
 
 
 async def _replay_form(request: Request) -> ReplayIn:
     form = await request.form()
     body: ReplayIn = _validated(
-        ReplayIn, {"grammar": _grammar(form), "text": form.get("text") or ""}
+        ReplayIn,
+        {"grammar": _grammar(form), "text": form.get("text") or "", "compare": _compare(form)},
     )
     return body
 
@@ -345,7 +402,9 @@ async def replay_fragment(request: Request, state: StateDep, engine: EngineDep) 
     """Replay the text against the form's grammar (no bitmasks: a click fetches one)."""
     body = await _replay_form(request)
     result = await actions.replay(state, engine, body)
-    return _render(state, request, "partials/_replay.html", {"result": result, "text": body.text})
+    cause, accepted_by = await replay_cause(state, engine, body, result)
+    context = {"result": result, "text": body.text, "cause": cause, "accepted_by": accepted_by}
+    return _render(state, request, "partials/_replay.html", context)
 
 
 @router.post("/ui/replay/{index}", response_class=HTMLResponse)
@@ -355,5 +414,7 @@ async def replay_inspector(
     """The inspector for one replayed token, with its bitmask: the walk goes up to it only."""
     body = await _replay_form(request)
     token = await actions.replay_token(state, engine, body.grammar, body.text or "", index)
-    context = {"token": token, "index": index, "vocab_size": engine.model.tokens.vocab_size}
+    context = {"token": token, "index": index, "vocab_size": engine.model.tokens.vocab_size,
+               "summary": summarize_mask(token.bitmask, engine.model.tokens) if token.bitmask
+               else None}  # fmt: skip
     return _render(state, request, "partials/_inspector.html", context)

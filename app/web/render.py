@@ -1,12 +1,17 @@
-"""Jinja filters the templates use to show records: tokens made visible, heat, bytes."""
+"""Jinja filters the templates use to show records: tokens made visible, heat, bytes, kinds."""
 
 from __future__ import annotations
 
 import base64
+from typing import Literal
 
 from jinja2 import Environment
 
-__all__ = ["install"]
+from app.engine import StepRecord
+
+__all__ = ["ChipKind", "chip_kind", "install"]
+
+ChipKind = Literal["forced", "changed", "free"]
 
 _VISIBLE = str.maketrans({" ": "·", "\n": "↵", "\t": "⇥", "\r": "␍"})
 
@@ -31,6 +36,21 @@ def hexbytes(data: bytes) -> str:
     return " ".join(f"{b:02x}" for b in data)
 
 
+def chip_kind(step: StepRecord) -> ChipKind:
+    """What kind of decision a step was, for its chip's colour.
+
+    ``forced``: the grammar left no choice of text (one allowed token, or the token lies inside
+    the jump-forward string). ``changed``: the mask changed the model's mind (its most probable
+    raw token was blocked). ``free``: the model's own top choice was allowed.
+    """
+    text = step.token_text
+    if step.allowed_count == 1 or (text and step.jump_forward.startswith(text)):
+        return "forced"
+    if step.top and not step.top[0].allowed:
+        return "changed"
+    return "free"
+
+
 def install(env: Environment) -> None:
     """Register the filters on a Jinja environment."""
-    env.filters.update(visible=visible, b64=b64, pct=pct, hexbytes=hexbytes)
+    env.filters.update(visible=visible, b64=b64, pct=pct, hexbytes=hexbytes, chip_kind=chip_kind)

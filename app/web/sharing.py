@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Sequence
 from typing import Any
 
-from app.engine import ModelIdentity, Session
+from app.engine import AnyEngine, ModelIdentity, Session
+from app.engine.llguidance import VERSION as LLGUIDANCE_VERSION
 from app.exceptions import (
     InvalidInput,
     ModelNotConfigured,
@@ -16,48 +18,100 @@ from app.exceptions import (
 )
 from app.settings import LOCAL_MODEL_ID
 from app.store.permalinks import ID_PATTERN
+from app.store.snapshot_format import field_defaults, without_defaults
 from app.store.trace import canonical_actions, compress
-from app.web import actions
-from app.web.models import OptionsIn, PermalinkIn, SessionIn
+from app.web import actions, schema_tests
+from app.web.models import GrammarIn, OptionsIn, PermalinkIn, SchemaTestIn, SessionIn
 from app.web.sessions import SessionHandle
 from app.web.state import AppState
 
-__all__ = ["differences", "load", "open_snapshot", "snapshot_of_request", "snapshot_of_session"]
+__all__ = [
+    "differences",
+    "load",
+    "open_snapshot",
+    "recorded_tests",
+    "snapshot_of_request",
+    "snapshot_of_session",
+    "test_results",
+]
 
 _VERSION = 1
+#: Fields added to the format since version 1 are left out at these values (see
+#: :mod:`app.store.snapshot_format`).
+_DEFAULTS = {**field_defaults(SessionIn, at="request"), "tests": []}
+
+
+async def recorded_tests(
+    state: AppState, engine: AnyEngine, grammar: GrammarIn, tests: Sequence[SchemaTestIn]
+) -> list[dict[str, Any]]:
+    """The tests as a snapshot keeps them: text, expectation, and the verdicts at share time
+    (``passed``, the grammar's and the schema's)."""
+    if not tests:
+        return []
+    results = await schema_tests.run(state, engine, grammar, tests)
+    return [{**r.test.to_dict(), "recorded": r.verdicts()} for r in results]
+
+
+async def test_results(
+    state: AppState, engine: AnyEngine, snapshot: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The snapshot's tests judged again here; ``differs`` says a verdict is not the one
+    recorded at share time."""
+    stored = snapshot.get("tests") or []
+    if not stored:
+        return []
+    grammar = GrammarIn.model_validate(snapshot["request"]["grammar"])
+    tests = [SchemaTestIn(text=t["text"], expect=t["expect"]) for t in stored]
+    results = await schema_tests.run(state, engine, grammar, tests)
+    return [
+        {**r.to_dict(), "text": t["text"], "recorded": t.get("recorded"),
+         "differs": t.get("recorded") != r.verdicts()}
+        for r, t in zip(results, stored, strict=True)
+    ]  # fmt: skip
 
 
 def _snapshot(
-    request: dict[str, Any], trace: list[dict[str, Any]], identity: ModelIdentity
+    request: dict[str, Any],
+    trace: list[dict[str, Any]],
+    identity: ModelIdentity,
+    tests: list[dict[str, Any]],
 ) -> dict[str, Any]:
     grammar = request["grammar"]
-    options = OptionsIn.model_validate(grammar.get("options") or {}).echo()
+    engine = grammar.get("engine", "xgrammar")
+    options = OptionsIn.model_validate(grammar.get("options") or {}).echo(engine)
     request = {**request, "grammar": {**grammar, "options": options}}
     request["sampling"] = dict(request["sampling"])
     if request["sampling"]["temperature"] == 0:
         request["sampling"]["seed"] = None  # greedy: the seed plays no part
-    if request.get("model") == LOCAL_MODEL_ID:
-        del request["model"]  # the default: left out, so that older snapshots keep their ids
     versions = {
         "xgrammar": identity.xgrammar,
         "transformers": identity.transformers,
         "torch": identity.torch,
     }
+    if "llguidance" in (engine, request.get("compare")):
+        versions["llguidance"] = LLGUIDANCE_VERSION
     # The local model: its id and weight hash; a remote engine: its id, served name, tokenizer
     # hash and vLLM version.
     model = {k: v for k, v in identity.to_dict().items() if k not in versions}
-    return {
+    content = {
         "version": _VERSION,
         "request": request,
         "actions": trace,
         "model": model,
         "versions": versions,
+        "tests": tests,
     }
+    return without_defaults(content, _DEFAULTS)
 
 
-def snapshot_of_request(body: PermalinkIn, identity: ModelIdentity) -> dict[str, Any]:
+def snapshot_of_request(
+    body: PermalinkIn, identity: ModelIdentity, *, tests: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """The canonical snapshot of a permalink request (defaults filled, trace canonical, built
     in time linear in the actions: run it off the event loop all the same).
+
+    Args:
+        tests: the request's tests as :func:`recorded_tests` gives them.
 
     Raises:
         InvalidInput: sampling without a seed, which could not be reproduced.
@@ -66,32 +120,50 @@ def snapshot_of_request(body: PermalinkIn, identity: ModelIdentity) -> dict[str,
         raise InvalidInput(
             "a sampled trace needs its seed to be reproduced", pointer="/sampling/seed"
         )
-    request = SessionIn.model_validate(body.model_dump(exclude={"actions"})).model_dump(mode="json")
-    return _snapshot(request, canonical_actions(body.actions), identity)
+    session = body.model_dump(exclude={"actions", "tests"})
+    request = SessionIn.model_validate(session).model_dump(mode="json")
+    return _snapshot(request, canonical_actions(body.actions), identity, tests or [])
 
 
-def snapshot_of_session(handle: SessionHandle) -> dict[str, Any]:
-    """The canonical snapshot of a live session: its request and the steps it holds now."""
+def snapshot_of_session(
+    handle: SessionHandle, *, tests: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The canonical snapshot of a live session: its request and the steps it holds now, and
+    its tests as :func:`recorded_tests` gives them."""
     session = handle.session
     trace = compress(s.token_id if s.forced else None for s in session.steps)
-    return _snapshot(handle.request, trace, session.model.identity)
+    return _snapshot(handle.request, trace, session.model.identity, tests or [])
 
 
 def _model_id(snapshot: dict[str, Any]) -> str:
     return str(snapshot["request"].get("model", LOCAL_MODEL_ID))
 
 
+def _configured(state: AppState, model_id: str) -> bool:
+    return model_id == LOCAL_MODEL_ID or model_id in state.remotes.slots
+
+
+def engine_of(state: AppState, snapshot: dict[str, Any]) -> AnyEngine | None:
+    """The engine a snapshot was made on, when it is configured and ready here, else None."""
+    model_id = _model_id(snapshot)
+    if not _configured(state, model_id):
+        return None
+    try:
+        return state.engine_for(model_id)
+    except NotReady:
+        return None
+
+
 def differences(state: AppState, snapshot: dict[str, Any]) -> list[str]:
     """What differs between the model and libraries a snapshot was made with and the ones its
     model has here (nothing while that model is not ready; the model itself when missing)."""
     model_id = _model_id(snapshot)
-    if model_id != LOCAL_MODEL_ID and model_id not in state.remotes.slots:
+    if not _configured(state, model_id):
         return [f"model: shared with {model_id!r}, which is not configured on this server"]
-    try:
-        identity = state.engine_for(model_id).model.identity
-    except NotReady:
+    engine = engine_of(state, snapshot)
+    if engine is None:
         return []
-    now = identity.to_dict()
+    now = {**engine.model.identity.to_dict(), "llguidance": LLGUIDANCE_VERSION}
     recorded = {**snapshot["model"], **snapshot["versions"]}
     labels = {
         "model_id": "model",
@@ -138,7 +210,7 @@ async def open_snapshot(state: AppState, snapshot: dict[str, Any]) -> SessionHan
         ModelNotConfigured: the snapshot's model is not configured on this server.
     """
     model_id = _model_id(snapshot)
-    if model_id != LOCAL_MODEL_ID and model_id not in state.remotes.slots:
+    if not _configured(state, model_id):
         raise ModelNotConfigured(
             f"this permalink was made on the model {model_id!r} "
             f"({snapshot['model'].get('served_name', 'remote')}), which is not configured on "

@@ -10,9 +10,8 @@ from typing import Any
 
 from fastapi.templating import Jinja2Templates
 
-from app.engine import Engine
+from app.engine import AnyEngine, Engine
 from app.engine.remote.engines import RemoteEngines
-from app.engine.remote.model import RemoteModel
 from app.exceptions import InvalidInput, NotReady
 from app.sandbox.sandbox import Sandbox
 from app.settings import LOCAL_MODEL_ID, Settings
@@ -92,7 +91,7 @@ class AppState:
             raise NotReady(f"the model {reason}; try again when /readyz says ready")
         return self.engine
 
-    def engine_for(self, model_id: str) -> Engine | Engine[RemoteModel]:
+    def engine_for(self, model_id: str) -> AnyEngine:
         """The engine a request names: ``local``, or a remote engine's id.
 
         Raises:

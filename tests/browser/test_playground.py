@@ -7,6 +7,7 @@ from playwright.sync_api import Dialog, Page, expect
 
 from app.engine.masking import XGrammarMasking
 from tests.browser.conftest import ARTIFACTS
+from tests.web.test_pages import PLAYGROUND_SCRIPTS
 
 
 def _lit_cells(page: Page) -> int:
@@ -68,7 +69,7 @@ def test_the_playground_end_to_end(page: Page, live_server: str) -> None:
     expect(page.locator("#toast")).to_contain_text("the grammar blocks token")
     expect(page.locator("#tokens .chip")).to_have_count(9)
 
-    page.click("text=Replay")
+    page.click("label.tab:has(input[value=replay])")
     page.fill("#replay-text", '{"churn_analysis": 42}')
     page.click("#btn-replay")
     expect(page.locator("#replay-result")).to_contain_text("Refused at offset 19")
@@ -138,8 +139,9 @@ def test_a_hostile_permalink_renders_inert(page: Page, live_server: str) -> None
     assert page.locator("#source").input_value() == PAYLOAD
     scripts = page.evaluate("() => [...document.scripts].map((s) => s.src || s.id)")
     assert [s.rsplit("/", 1)[-1] for s in scripts] == [  # the page's own, none from the snapshot
-        "htmx.min.js", "htmx-ext-sse.min.js", "codemirror.min.js", "app.js", "presets",
-        "export.js",
+        "htmx.min.js", "htmx-ext-sse.min.js", "codemirror.min.js",
+        *[f"{name}.js" for name in PLAYGROUND_SCRIPTS], "app.js",
+        "llguidance-presets", "engines.js", "shared-tests", "tests.js", "presets", "export.js",
     ]  # fmt: skip
     page.click("#tok-3")
     expect(page.locator("#inspector")).to_have_attribute("data-index", "3")

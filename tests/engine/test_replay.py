@@ -125,3 +125,33 @@ def test_an_ebnf_grammar_has_no_json_path(engine: Engine) -> None:
     result = engine.replay(spec, text="yes")
     assert result.complete and all(t.path == "" for t in result.tokens)
     assert result.tokens[0].rules == ("root",)  # the state the first token was checked in
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        VALID,
+        PREFIX,
+        PREFIX + '"blue"}}}}',
+        '{"user": 5}',
+        "",
+        "nope",
+        VALID + " ",
+        '{"user": {"id": 4é',
+    ],
+)
+def test_a_verdict_says_what_a_replay_says(engine: Engine, text: str) -> None:
+    grammar = engine.compile(NESTED)
+    full = engine.replay(grammar, text=text)
+    quick = engine.verdict(grammar, text)
+    assert (quick.accepted, quick.complete, quick.rejection) == (
+        full.accepted, full.complete, full.rejection,
+    )  # fmt: skip
+    assert quick.tokens == ()
+
+
+def test_a_verdict_has_the_replay_cap(engine: Engine) -> None:
+    long = '{"user": {"id": 1, "profile": {"display_name": "' + "ab " * 5000
+    with pytest.raises(ReplayTooLong) as caught:
+        engine.verdict(engine.compile(NESTED), long)
+    assert "a replay walks at most" in caught.value.message

@@ -191,3 +191,21 @@ def test_the_memory_of_the_step_records_is_counted(engine: Engine) -> None:
     assert session.records_bytes == sum(sizes[:3])
     session.step()
     assert session.records_bytes == sum(sizes[:3]) + session.steps[-1].nbytes()
+
+
+def test_a_small_allowed_set_is_recorded_whole_with_its_probabilities(engine: Engine) -> None:
+    session = engine.new_session(
+        GrammarSpec(GrammarKind.REGEX, "[ab]"), raw_prompt="Pick a letter: ", max_tokens=2
+    )
+    record = session.step()
+    assert record.allowed_count == 2
+    listed = record.allowed_tokens
+    assert sorted(t.text for t in listed) == ["a", "b"]
+    assert [t.prob for t in listed] == sorted((t.prob for t in listed), reverse=True)
+    assert record.token_id in {t.token_id for t in listed}
+    assert sum(t.prob for t in listed) == pytest.approx(1 - record.blocked_mass, abs=1e-4)
+    assert record.to_dict()["allowed_tokens"][0]["allowed"] is True
+
+
+def test_a_large_allowed_set_is_not_listed(finished: Session) -> None:
+    assert all((r.allowed_tokens == ()) == (r.allowed_count > 100) for r in finished.steps)

@@ -36,8 +36,8 @@ CORPUS = [
     (HEAD + "class A(BaseModel):\n    x: int = getattr(A, 'x')", "calling getattr"),
     (HEAD + "@classmethod\nclass A(BaseModel):\n    x: int", "decorators are not allowed"),
     (
-        HEAD + "class A(BaseModel):\n    @classmethod\n    def v(cls, x): return x",
-        "functions and methods (validators do not change the JSON schema) are not allowed",
+        HEAD + "class A(BaseModel):\n    @classmethod\n    def v(cls, x): return x\nx = eval('1')",
+        "calling eval is not allowed",  # a stripped method leaves the rest checked as before
     ),
     (HEAD + "class A(BaseModel, metaclass=type):\n    x: int", "metaclasses"),
     (HEAD + "class A(BaseModel):\n    x: list = list()", "calling list is not allowed"),
@@ -212,3 +212,44 @@ def test_what_schema_guided_reasoning_uses_passes() -> None:
 )
 def test_what_a_schema_needs_still_passes(source: str) -> None:
     check_source(source)
+
+
+VALIDATED = (
+    "from pydantic import BaseModel, Field, field_validator\n"
+    "class Answer(BaseModel):\n"
+    "    reason: str = Field(max_length=80)\n"
+    "    @field_validator('reason')\n"
+    "    @classmethod\n"
+    "    def check_reason(cls, value: str) -> str:\n"
+    "        import os\n"
+    "        return os.getcwd()\n"
+    "    def describe(self) -> str:\n"
+    "        return eval('1')\n"
+    "class Empty(BaseModel):\n"
+    "    def only(self) -> None:\n"
+    "        pass\n"
+)
+
+
+def test_methods_and_validators_are_stripped_and_named_not_refused() -> None:
+    checked = check_source(VALIDATED)
+    assert checked.stripped == (
+        "Answer.check_reason (@field_validator, @classmethod)",
+        "Answer.describe (a method)",
+        "Empty.only (a method)",
+    )
+    assert "import os" not in checked.source and "eval" not in checked.source
+    assert checked.source.count("\n") == VALIDATED.count("\n")  # lines keep their numbers
+    assert checked.source.splitlines()[2] == "    reason: str = Field(max_length=80)"
+    assert check_source(checked.source).stripped == ()  # what runs passes the check by itself
+
+
+def test_a_source_without_methods_runs_as_written() -> None:
+    source = HEAD + "class A(BaseModel):\n    x: int\n"
+    assert check_source(source).source == source
+
+
+def test_functions_outside_classes_are_still_refused() -> None:
+    with pytest.raises(SourceRefused) as caught:
+        check_source(HEAD + "def f():\n    pass\n")
+    assert "functions and methods" in caught.value.message

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from app.examples import EXAMPLES_DIR
 from app.exceptions import PydanticFailed, SandboxUnconfined, SourceRefused
+from app.sandbox.check import CheckedSource
 from app.sandbox.contain import Level
 from app.sandbox.process import Limits, run_child
 from app.sandbox.sandbox import Sandbox
@@ -240,7 +241,7 @@ def test_a_forged_answer_is_refused_as_malformed(
 ) -> None:
     import app.sandbox.sandbox as module
 
-    monkeypatch.setattr(module, "check_source", lambda source: None)  # a hole in the check
+    monkeypatch.setattr(module, "check_source", CheckedSource)  # a hole: any source passes
     source = f"import os\nos.write(1, {answer!r})\nos._exit(0)\n"
     with pytest.raises(PydanticFailed) as caught:
         sandbox.schema(source)

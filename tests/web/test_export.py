@@ -74,6 +74,17 @@ def test_the_vllm_preset_is_what_vllm_does_and_needs_no_flag(client: TestClient)
     assert "--structured-outputs-config.backend xgrammar to be sure" in answer["code"]
 
 
+def test_a_schema_vllm_auto_hands_to_guidance_says_so_in_the_vllm_snippet(
+    client: TestClient,
+) -> None:
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}
+    body = {"kind": "json_schema", "source": json.dumps(schema), "options": {"preset": "vllm"}}
+    code = _export(client, "vllm", body)["code"]
+    assert "For this schema auto would not use xgrammar (array with uniqueItems" in code
+    assert "at /properties/tags)" in code
+    assert "to be sure the mask is the one Maskscope showed" not in code
+
+
 def test_a_grammar_request_exports_without_a_prompt(client: TestClient) -> None:
     answer = _export(client, "xgrammar", {"kind": "regex", "source": "[0-9]{3}"})
     assert 'REGEX = "[0-9]{3}"' in answer["code"] and "compile_regex(REGEX)" in answer["code"]

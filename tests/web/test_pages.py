@@ -32,16 +32,22 @@ def _session(client: TestClient, **overrides: str) -> str:
     return match.group(1)
 
 
+PLAYGROUND_SCRIPTS = [
+    "core", "editor", "config", "inspector", "timeline", "session", "replay", "keys",
+]  # fmt: skip
+
+
 def test_the_page_loads_everything_locally(client: TestClient) -> None:
     html = client.get("/").text
     assert "<title>Playground · Maskscope</title>" in html
     scripts = re.findall(r'<script src="([^"]+)"', html)
+    playground = [f"/static/playground/{name}.js" for name in PLAYGROUND_SCRIPTS]
     assert scripts == ["/static/vendor/htmx.min.js", "/static/vendor/htmx-ext-sse.min.js",
-                       "/static/vendor/codemirror.min.js", "/static/app.js",
-                       "/static/export.js"]  # fmt: skip
+                       "/static/vendor/codemirror.min.js", *playground, "/static/app.js",
+                       "/static/engines.js", "/static/tests.js", "/static/export.js"]  # fmt: skip
     for url in re.findall(r'(?:src|href)="([^"]+)"', html):
         assert url.startswith(("/", "data:", "#")), url  # nothing from a CDN
-    for path in scripts + ["/static/app.css"]:
+    for path in scripts + ["/static/app.css", "/static/engines.css"]:
         assert client.get(path).status_code == 200
     assert '<option value="pricing"' in html
     assert "weights <code>" in html
@@ -138,7 +144,7 @@ def test_the_inspector_flags_a_mask_accept_disagreement(
     monkeypatch.setattr(XGrammarMasking, "probe_token", lying)
     sid = _session(client)
     first = client.post(f"/ui/sessions/{sid}/step", headers=HX).text
-    assert re.search(r'<span class="chip disagree"\s+id="tok-0"', first)
+    assert re.search(r'<span class="chip k-forced disagree"\s+id="tok-0"', first)
     assert 'data-agree="false"' in first
     assert '<div class="disagree-flag" role="alert">' in first
     assert "disagreed on 1 of the" in first

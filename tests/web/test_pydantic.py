@@ -140,3 +140,20 @@ def test_below_the_allowed_containment_pydantic_is_refused_with_the_reason(
     weak = Settings(sandbox_allow_weak_containment="seccomp")
     with TestClient(create_app(weak, engine=engine)) as lenient:
         assert lenient.post("/api/compile", json=body).status_code == 200
+
+
+def test_a_model_with_a_validator_compiles_with_its_methods_named(client: TestClient) -> None:
+    from tests.sandbox.test_check import VALIDATED
+
+    answer = client.post("/api/compile", json={"kind": "pydantic", "source": VALIDATED}).json()
+    assert answer["stripped"] == [
+        "Answer.check_reason (@field_validator, @classmethod)",
+        "Answer.describe (a method)",
+        "Empty.only (a method)",
+    ]
+    assert answer["models"] == ["Answer", "Empty"]
+    plain = client.post(
+        "/api/compile",
+        json={"kind": "pydantic", "source": VALIDATED, "options": {"root_model": "Answer"}},
+    ).json()
+    assert plain["json_schema"]["properties"]["reason"]["maxLength"] == 80

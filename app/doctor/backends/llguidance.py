@@ -1,78 +1,50 @@
 """llguidance, run for real with this model's tokenizer: its errors, and with ``lenient`` the
 keywords it ignores.
 
-EBNF sources are translated to llguidance's Lark syntax with the library's own ``gbnf_to_lark``
-(xgrammar's EBNF is GBNF-like); regexes go through ``grammar_from_regex``.
+The tokenizer and the checks are the engine's (:class:`app.engine.llguidance.LlguidanceCompiler`,
+shared with llguidance as a masking engine). EBNF sources are translated to llguidance's Lark
+syntax with the library's own ``gbnf_to_lark`` (xgrammar's EBNF is GBNF-like); regexes go through
+``grammar_from_regex``.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import threading
 from typing import TYPE_CHECKING, Any
 
 import llguidance
 import llguidance.gbnf_to_lark
-import llguidance.hf
 
-from app.doctor.keywords import subschemas
 from app.doctor.records import BackendRow, Message, Verdict
 from app.engine.grammar import CompileOptions, GrammarKind
-from app.engine.jsonpointer import pointer_from_parts
-from app.engine.tokens import Tokens
+from app.engine.llguidance import LlguidanceCompiler
+from app.engine.llguidance.errors import schema_pointers
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions  # declared in the stub only
 
 __all__ = ["Llguidance"]
 
-_UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[(.*?)\]")
-_UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
-
 
 def _pointers(schema: Any, message: str) -> list[str]:
     """Where the keywords or formats a message names are in the schema."""
-    keys = set(json.loads(f"[{m[1]}]")) if (m := _UNIMPLEMENTED.search(message)) else set()
-    fmt = f[1] if (f := _UNKNOWN_FORMAT.search(message)) else None
-    found = [
-        pointer_from_parts([*parts, key])
-        for parts, node in subschemas(schema)
-        for key in node
-        if key in keys or (key == "format" and node[key] == fmt)
-    ]
-    return found or [""]
+    return schema_pointers(schema, message) or [""]
 
 
 class Llguidance:
-    """llguidance with one tokenizer (built once, on first use: about a second).
+    """llguidance's verdicts on a grammar, with the engine's llguidance tokenizer.
 
     Args:
-        tokens: the model's tokenizer, as the engine holds it.
+        compiler: the engine's llguidance compiler (it holds the tokenizer).
     """
 
     rules_version = f"llguidance {llguidance.__version__} (the library, run with this tokenizer)"
 
-    def __init__(self, tokens: Tokens) -> None:
-        self._tokens = tokens
-        self._tokenizer: llguidance.LLTokenizer | None = None
-        self._lock = threading.Lock()
-
-    def tokenizer(self) -> llguidance.LLTokenizer:
-        """The llguidance tokenizer of the model's (fast) tokenizer."""
-        with self._lock:
-            if self._tokenizer is None:
-                self._tokenizer = llguidance.hf.from_tokenizer(
-                    self._tokens.tokenizer, n_vocab=self._tokens.vocab_size
-                )
-            return self._tokenizer
+    def __init__(self, compiler: LlguidanceCompiler) -> None:
+        self._compiler = compiler
 
     def check(self, grammar: str) -> tuple[bool, list[str]]:
         """``(is_error, messages)`` for a serialized llguidance grammar."""
-        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
-            grammar, self.tokenizer()
-        )
-        return bool(is_error), [str(m) for m in messages]
+        return self._compiler.check(grammar)
 
     def check_schema(self, schema: Any, options: JsonCompileOptions) -> tuple[bool, list[str]]:
         """``(is_error, messages)`` for a JSON Schema compiled with ``options``."""

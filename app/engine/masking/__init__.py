@@ -6,13 +6,16 @@ that picks the library for a compiled grammar.
 
 from __future__ import annotations
 
-from app.engine.grammar import CompileResult
+from app.engine.grammar import CompileResult, MaskingLibrary
 from app.engine.masking.base import MaskingEngine
+from app.engine.masking.llguidance import LlguidanceMasking
 from app.engine.masking.xgrammar import XGrammarMasking
 
-__all__ = ["MaskingEngine", "XGrammarMasking", "new_masking"]
+__all__ = ["LlguidanceMasking", "MaskingEngine", "XGrammarMasking", "new_masking"]
 
 
 def new_masking(grammar: CompileResult) -> MaskingEngine:
-    """A masking engine in the grammar's start state."""
+    """A masking engine of the library that compiled ``grammar``, in its start state."""
+    if grammar.spec.library is MaskingLibrary.LLGUIDANCE:
+        return LlguidanceMasking(grammar)
     return XGrammarMasking(grammar)

@@ -1,0 +1,221 @@
+"""Why a replayed text was refused, in the schema's terms rather than the tokenizer's.
+
+Read from the replay's own facts (the refused offset, the JSON path the parser was at) and the
+schema at that path: whitespace the compile options refuse (and which presets accept the text,
+found by replaying it under them), an ``enum``/``const`` and its values, a ``maxLength``,
+``maxItems`` or ``minItems`` bound. Nothing is guessed: no rule applies, no cause is given.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from app.doctor.source_lines import json_lines, pydantic_lines
+from app.engine import PRESETS, AnyEngine, CompileOptions, Rejection, ReplayResult
+from app.web import actions
+from app.web.models import GrammarIn, OptionsIn, ReplayIn
+from app.web.state import AppState
+
+__all__ = ["ReplayCause", "explain", "replay_cause", "schema_at"]
+
+_PART = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]")
+_WHITESPACE = {" ": "a space", "\n": "a newline", "\t": "a tab", "\r": "a carriage return"}
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayCause:
+    """A refusal explained.
+
+    Attributes:
+        message: the cause in schema terms.
+        pointer: JSON pointer of the keyword at fault in the (derived) schema, if any.
+        line: its line in the editor, if known.
+        whitespace: the refusal is whitespace the compile options do not allow.
+    """
+
+    message: str
+    pointer: str | None = None
+    line: int | None = None
+    whitespace: bool = False
+
+
+def _parts(path: str) -> list[str | int] | None:
+    if not path.startswith("$"):
+        return None
+    parts: list[str | int] = []
+    rest = path[1:]
+    while rest:
+        match = _PART.match(rest)
+        if match is None:
+            return None
+        key, index, quoted = match.groups()
+        if index is not None:
+            parts.append(int(index))
+        else:
+            parts.append(key if key is not None else re.sub(r"\\(.)", r"\1", quoted))
+        rest = rest[match.end() :]
+    return parts
+
+
+def _expand(root: dict[str, Any], node: Any, pointer: str, depth: int = 0) -> list[tuple[str, Any]]:
+    """``node`` and what it stands for: the target of a ``$ref``, the branches of a union."""
+    if not isinstance(node, dict) or depth > 16:
+        return []
+    found: list[tuple[str, Any]] = [(pointer, node)]
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target: Any = root
+        for key in ref[2:].split("/"):
+            target = target.get(key) if isinstance(target, dict) else None
+        found += _expand(root, target, ref[1:], depth + 1)
+    for union in ("anyOf", "oneOf", "allOf"):
+        for i, branch in enumerate(node.get(union) or []):
+            found += _expand(root, branch, f"{pointer}/{union}/{i}", depth + 1)
+    return found
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def schema_at(schema: dict[str, Any], path: str) -> list[tuple[str, dict[str, Any]]]:
+    """The subschemas (pointer, schema) that may describe the value at a JSONPath."""
+    parts = _parts(path)
+    if parts is None:
+        return []
+    current = _expand(schema, schema, "")
+    for part in parts:
+        following: list[tuple[str, Any]] = []
+        for pointer, node in current:
+            if isinstance(part, str) and isinstance(node.get("properties"), dict):
+                if part in node["properties"]:
+                    child = f"{pointer}/properties/{_escape(part)}"
+                    following += _expand(schema, node["properties"][part], child)
+            elif isinstance(part, int):
+                prefix = node.get("prefixItems")
+                if isinstance(prefix, list) and part < len(prefix):
+                    following += _expand(schema, prefix[part], f"{pointer}/prefixItems/{part}")
+                elif isinstance(node.get("items"), dict):
+                    following += _expand(schema, node["items"], f"{pointer}/items")
+        current = following
+    return current
+
+
+def _keyword(
+    nodes: list[tuple[str, dict[str, Any]]], keyword: str
+) -> tuple[str, Any] | tuple[None, None]:
+    for pointer, node in nodes:
+        if keyword in node:
+            return f"{pointer}/{keyword}", node[keyword]
+    return None, None
+
+
+def _string_so_far(text: str, offset: int) -> int:
+    start = text.rfind('"', 0, offset)
+    return len(text[start + 1 : offset]) if start >= 0 else 0
+
+
+def explain(
+    *,
+    schema: dict[str, Any] | None,
+    text: str,
+    rejection: Rejection,
+    path: str,
+    options: CompileOptions,
+    line_of: Callable[[str], int | None] | None = None,
+) -> ReplayCause | None:
+    """The cause of ``rejection`` in schema terms, or None when no rule names one.
+
+    Args:
+        schema: the JSON Schema compiled (the derived one for Pydantic); None for EBNF and regex.
+        text: the replayed text.
+        rejection: where the grammar refused it.
+        path: the JSON path the parser was at when the refused token's mask was computed.
+        options: the effective compile options.
+        line_of: the editor line of a schema pointer.
+    """
+    if schema is None:
+        return None
+    char = text[rejection.offset : rejection.offset + 1]
+    if char in _WHITESPACE and not options.any_whitespace:
+        separators = options.separators or (", ", ": ")
+        return ReplayCause(
+            f"{_WHITESPACE[char]} at offset {rejection.offset} is refused by the compile options,"
+            " not by the schema: any_whitespace=false allows no whitespace between JSON tokens"
+            f" but the separators ({json.dumps(separators[0])} and {json.dumps(separators[1])})",
+            whitespace=True,
+        )
+    nodes = schema_at(schema, path)
+    parent = re.sub(r"\[\d+\]$", "", path)
+    if parent != path:  # an item: its array's bounds count too
+        nodes += schema_at(schema, parent)
+    cause = _bound(nodes, text, rejection, path if parent == path else parent, char)
+    if cause is None:
+        return None
+    message, pointer = cause
+    return ReplayCause(message, pointer, line_of(pointer) if line_of else None)
+
+
+def _bound(
+    nodes: list[tuple[str, dict[str, Any]]], text: str, rejection: Rejection, path: str, char: str
+) -> tuple[str, str] | None:
+    pointer, values = _keyword(nodes, "enum")
+    if pointer is not None and isinstance(values, list):
+        shown = " | ".join(json.dumps(v) for v in values)
+        return f"{path} must be one of {shown} (enum)", pointer
+    pointer, value = _keyword(nodes, "const")
+    if pointer is not None:
+        return f"{path} must be {json.dumps(value)} (const)", pointer
+    pointer, limit = _keyword(nodes, "maxLength")
+    if pointer is not None and char != '"':
+        have = _string_so_far(text, rejection.offset)
+        return (
+            f"the string at {path} is limited to maxLength {limit} characters"
+            f" (it has {have} at the refusal)",
+            pointer,
+        )
+    pointer, limit = _keyword(nodes, "maxItems")
+    if pointer is not None and char == ",":
+        return f"the array at {path} holds at most maxItems {limit} items", pointer
+    pointer, limit = _keyword(nodes, "minItems")
+    if pointer is not None and char == "]":
+        return f"the array at {path} needs at least minItems {limit} items", pointer
+    return None
+
+
+async def replay_cause(
+    state: AppState, engine: AnyEngine, body: ReplayIn, result: ReplayResult
+) -> tuple[ReplayCause | None, list[str]]:
+    """The cause of a replay's refusal, and for whitespace, the presets whose options take the
+    text past that point (found by replaying it under each)."""
+    rejection = result.rejection
+    if rejection is None or body.text is None:
+        return None, []
+    _, resolved = await actions.compile_grammar(state, engine, body.grammar)  # a cache hit
+    spec = resolved.spec
+    if not spec.is_json:
+        return None, []
+    derived = resolved.pydantic
+    schema = derived.schema if derived else json.loads(spec.source)
+    line_of = (
+        pydantic_lines(body.grammar.source, derived.root) if derived else json_lines(spec.source)
+    )
+    tokens = result.tokens
+    path = tokens[rejection.token_index].path if rejection.token_index < len(tokens) else "$"
+    cause = explain(schema=schema, text=body.text, rejection=rejection, path=path,
+                    options=spec.options, line_of=line_of)  # fmt: skip
+    accepted_by: list[str] = []
+    if cause is not None and cause.whitespace:
+        for name in PRESETS:
+            options = OptionsIn.model_validate(
+                {"preset": name, "root_model": body.grammar.options.root_model}
+            )
+            grammar = GrammarIn(kind=body.grammar.kind, source=body.grammar.source, options=options)
+            other = await actions.replay(state, engine, ReplayIn(grammar=grammar, text=body.text))
+            if other.rejection is None or other.rejection.offset > rejection.offset:
+                accepted_by.append(name)
+    return cause, accepted_by

@@ -1,0 +1,95 @@
+// The setup: compile options and their presets, the example picker, the prompt mode, and what a
+// change of setup does to the output on screen (stops a run, marks the output as the old setup's).
+(() => {
+  "use strict";
+  const { $, $$, ui } = MS;
+
+  // Any change of setup: the next step starts a new session; a run stops; the output shown so far
+  // is marked as belonging to the previous setup (its verdict no longer speaks for this schema).
+  function configChanged(recompile) {
+    ui.dirty = true;
+    if (recompile) htmx.trigger(document.body, "compile");
+    if (recompile && ui.replayDiagnostics && ui.replayDiagnostics.length) MS.markReplayLine(0, "");
+    if (ui.sessionId) markStale();
+  }
+
+  function markStale() {
+    const area = $("#session-area");
+    if (ui.running) MS.stopRun();
+    if (!area || area.classList.contains("stale") || !$("#session", area)) return;
+    area.classList.add("stale");
+    const note = document.createElement("p");
+    note.className = "stale-note";
+    note.textContent = "This output belongs to the previous setup (schema, kind, options, example or prompt changed). Step or Run starts a new session.";
+    area.prepend(note);
+  }
+
+  function applyPreset(name) {
+    const presets = JSON.parse($("#presets").textContent);
+    const opts = presets[name];
+    if (!opts) return;
+    const form = $("#config");
+    form.any_whitespace.checked = opts.any_whitespace;
+    form.strict_mode.checked = opts.strict_mode;
+    form.indent.value = opts.indent ?? "";
+    form.sep_item.value = opts.separators ? opts.separators[0] : "";
+    form.sep_key.value = opts.separators ? opts.separators[1] : "";
+    form.max_whitespace_cnt.value = opts.max_whitespace_cnt ?? "";
+  }
+
+  // An option edited by hand no longer is the preset's: the picker says "custom".
+  function optionEdited(field) {
+    if (field.name === "preset" || field.name === "root_model") return;
+    $("#preset").value = "custom";
+  }
+
+  async function loadExample(id) {
+    if (!id) return;
+    const response = await fetch(`/api/examples/${encodeURIComponent(id)}`);
+    if (!response.ok) return;
+    const example = await response.json();
+    const form = $("#config");
+    Object.assign(ui.sources, example.sources);
+    const kind = ui.kind === "pydantic" ? "pydantic" : "json_schema";
+    if (ui.kind !== kind) MS.setKind(kind); else MS.setSource(example.sources[kind]);
+    form.system.value = example.system;
+    form.user.value = example.prompt;
+    form.max_tokens.value = example.max_tokens;
+    form.schema_in_prompt.checked = example.schema_in_prompt;
+    setPromptMode("chat");
+    history.replaceState(null, "", `/?example=${encodeURIComponent(id)}`);
+    configChanged(true);
+  }
+
+  function setPromptMode(mode) {
+    $$('input[name="prompt_mode"]').forEach((r) => { r.checked = r.value === mode; });
+    $(".chat-fields").hidden = mode !== "chat";
+    $(".raw-fields").hidden = mode !== "raw";
+  }
+
+  function bindConfig() {
+    const form = $("#config");
+    form.addEventListener("input", (event) => {
+      if (event.target.closest(".editor")) return;
+      const option = event.target.classList.contains("compile-opt");
+      if (option) optionEdited(event.target);
+      configChanged(option);
+    });
+    form.addEventListener("change", (event) => {
+      const t = event.target;
+      if (t.name === "kind") MS.setKind(t.value);
+      else if (t.name === "preset") applyPreset(t.value);
+      else if (t.name === "prompt_mode") setPromptMode(t.value);
+      else if (t.classList.contains("compile-opt") && t.type === "checkbox") optionEdited(t);
+      configChanged(t.classList.contains("compile-opt") || t.name === "kind");
+      if (t.tagName === "SELECT") t.blur();  // keys go back to the page
+    });
+    $("#example").addEventListener("change", (event) => {
+      event.target.blur();  // the shortcuts (space, →) work at once after a pick
+      loadExample(event.target.value);
+    });
+    setPromptMode(($('input[name="prompt_mode"]:checked') || { value: "chat" }).value);
+  }
+
+  Object.assign(MS, { configChanged, markStale, loadExample, setPromptMode, bindConfig });
+})();

@@ -1,0 +1,123 @@
+// The schema editor (CodeMirror), its kind tabs, and the marks of the compile error and the Doctor.
+(() => {
+  "use strict";
+  const { $, $$, ui } = MS;
+  const SAMPLES = {
+    pydantic: 'from typing import Literal\n\nfrom pydantic import BaseModel, Field\n\n\nclass Answer(BaseModel):\n    verdict: Literal["yes", "no"]\n    reason: str = Field(..., max_length=80)\n',
+    ebnf: 'root ::= answer " because " reason\nanswer ::= "yes" | "no"\nreason ::= [a-z ]{1,40} "."\n',
+    regex: "[A-Z]{4}[0-9]{2}",
+  };
+  const lang = new CM.Compartment();
+
+  function languageFor(kind) {
+    if (kind === "json_schema") return CM.json();
+    if (kind === "pydantic") return CM.python();
+    if (kind === "ebnf") return CM.StreamLanguage.define(CM.ebnf);
+    return [];
+  }
+
+  function setupEditor(onChange) {
+    const textarea = $("#source");
+    ui.kind = ($('input[name="kind"]:checked') || { value: "json_schema" }).value;
+    document.body.classList.toggle("kind-pydantic", ui.kind === "pydantic");
+    ui.editor = new CM.EditorView({
+      parent: $("#editor"),
+      state: CM.EditorState.create({
+        doc: textarea.value,
+        extensions: [
+          CM.basicSetup, CM.lintGutter(), CM.EditorView.lineWrapping, lang.of(languageFor(ui.kind)),
+          CM.EditorView.updateListener.of((update) => {
+            if (!update.docChanged) return;
+            textarea.value = update.state.doc.toString();
+            onChange();
+          }),
+        ],
+      }),
+    });
+  }
+
+  function source() { return ui.editor ? ui.editor.state.doc.toString() : $("#source").value; }
+
+  function setSource(text) {
+    const doc = ui.editor.state.doc;
+    ui.editor.dispatch({ changes: { from: 0, to: doc.length, insert: text } });
+    $("#source").value = text;
+  }
+
+  function setKind(kind) {
+    ui.sources[ui.kind] = source();
+    ui.kind = kind;
+    $$('input[name="kind"]').forEach((r) => { r.checked = r.value === kind; });
+    document.body.classList.toggle("kind-pydantic", kind === "pydantic");
+    ui.editor.dispatch({ effects: lang.reconfigure(languageFor(kind)) });
+    setSource(ui.sources[kind] ?? SAMPLES[kind] ?? "");
+  }
+
+  function diagnostic(line, column, severity, message, sourceName) {
+    const doc = ui.editor.state.doc;
+    let from = 0, to = 0;
+    if (line >= 1 && line <= doc.lines) {
+      const info = doc.line(line);
+      from = column ? Math.min(info.from + Math.max(column - 1, 0), info.to) : info.from;
+      to = column ? Math.min(from + 1, doc.length) : info.to;
+    }
+    return { from, to: Math.max(to, from), severity, message, source: sourceName };
+  }
+
+  function applyDiagnostics() {
+    const all = [...ui.compileDiagnostics, ...ui.doctorDiagnostics, ...(ui.replayDiagnostics || [])];
+    ui.editor.dispatch(CM.setDiagnostics(ui.editor.state, all));
+  }
+
+  function markCompileError() {
+    const result = $("#compile-result");
+    if (!result || !ui.editor) return;
+    ui.compileDiagnostics = [];
+    if (result.dataset.errorMessage !== undefined) {
+      const line = parseInt(result.dataset.errorLine || "", 10);
+      const column = parseInt(result.dataset.errorColumn || "1", 10);
+      ui.compileDiagnostics.push(diagnostic(line, column, "error", result.dataset.errorMessage));
+    }
+    if (ui.compileDiagnostics.length) clearDoctor();
+    else if ($("#compile-result .stats")) htmx.trigger(document.body, "doctor");
+    applyDiagnostics();
+  }
+
+  // The Doctor runs after each successful compile (never on the typing path); a newer compile's
+  // request replaces an older one (hx-sync). Its marks join the compile error's in the lint.
+  function markDoctor() {
+    const result = $("#doctor-result");
+    if (!result || !ui.editor) return;
+    const doc = ui.editor.state.doc;
+    const marks = JSON.parse(result.dataset.marks || "[]");
+    ui.doctorDiagnostics = marks.filter((m) => m.line >= 1 && m.line <= doc.lines)
+      .map((m) => diagnostic(m.line, 0, m.severity, m.message, "Doctor"));
+    const flagged = Number(result.dataset.flagged || 0);
+    $("#doctor-flag").textContent = flagged ? String(flagged) : "";
+    applyDiagnostics();
+  }
+
+  function clearDoctor() {
+    ui.doctorDiagnostics = [];
+    $("#doctor-flag").textContent = "";
+  }
+
+  // A replay's cause, when it names a schema line: marked in the editor and scrolled to.
+  function markReplayLine(line, message) {
+    ui.replayDiagnostics = line ? [diagnostic(line, 0, "warning", message, "Replay")] : [];
+    applyDiagnostics();
+    if (line && line <= ui.editor.state.doc.lines) {
+      const pos = ui.editor.state.doc.line(line).from;
+      ui.editor.dispatch({ effects: CM.EditorView.scrollIntoView(pos, { y: "center" }) });
+    }
+  }
+
+  function setCompileView(view) {
+    $$(".compile-panel .tab-button").forEach((b) => b.classList.toggle("active", b.dataset.view === view));
+    $(".compile-view").hidden = view !== "compile";
+    $(".doctor-view").hidden = view !== "doctor";
+  }
+
+  Object.assign(MS, { setupEditor, source, setSource, setKind, markCompileError, markDoctor,
+                      markReplayLine, setCompileView });
+})();

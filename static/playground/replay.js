@@ -1,0 +1,51 @@
+// The Replay tab: switching to it, opening a replayed token in the inspector, moving through the
+// replayed tokens with the arrow keys, and marking the schema line a refusal names.
+(() => {
+  "use strict";
+  const { $, $$, ui } = MS;
+
+  const replayMode = () => ($('input[name="mode"]:checked') || { value: "generate" }).value === "replay";
+
+  function setMode(replay) {
+    $(".generate-view").hidden = replay;
+    $(".replay-view").hidden = !replay;
+    $("#controls").classList.toggle("inactive", replay);
+  }
+
+  function selectReplayToken(index) {
+    const chips = $$("#replay-result .chip");
+    if (!chips.length) return Promise.resolve();
+    const chip = chips[Math.max(0, Math.min(index, chips.length - 1))];
+    chips.forEach((c) => c.classList.toggle("selected", c === chip));
+    chip.scrollIntoView({ block: "nearest" });
+    return htmx.ajax("POST", `/ui/replay/${chip.dataset.index}`, { source: "#btn-replay", target: "#inspector", swap: "outerHTML" });
+  }
+
+  function moveReplay(delta) {
+    const chips = $$("#replay-result .chip");
+    if (!chips.length) return Promise.resolve();
+    const current = chips.findIndex((c) => c.classList.contains("selected"));
+    const next = current < 0 ? (delta > 0 ? 0 : chips.length - 1) : current + delta;
+    if (next < 0 || next >= chips.length) return Promise.resolve();
+    return selectReplayToken(next);
+  }
+
+  // After a replay: the refused character scrolled into view, the schema line at fault marked.
+  function onReplayResult() {
+    const result = $("#replay-result");
+    if (!result) return;
+    const mark = $("mark", result);
+    if (mark) mark.scrollIntoView({ block: "nearest", inline: "center" });
+    const line = Number(result.dataset.schemaLine || 0);
+    MS.markReplayLine(line, result.dataset.cause || "");
+  }
+
+  function bindReplay() {
+    $$('input[name="mode"]').forEach((radio) => radio.addEventListener("change", () => {
+      setMode(replayMode());
+      radio.blur();
+    }));
+  }
+
+  Object.assign(MS, { replayMode, selectReplayToken, moveReplay, onReplayResult, bindReplay });
+})();
