@@ -11,12 +11,14 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from app.examples import load_examples
+from app.settings import LOCAL_MODEL_ID
 from app.web import actions, sharing
 from app.web.deps import EngineDep, HandleDep, StateDep
 from app.web.models import (
+    CompileIn,
     CountIn,
     ForceIn,
-    GrammarIn,
+    OpenPermalinkIn,
     PermalinkIn,
     ReplayIn,
     SessionIn,
@@ -71,9 +73,10 @@ async def models(state: StateDep) -> list[dict[str, Any]]:
 
 
 @router.post("/api/compile", tags=["grammar"])
-async def compile_grammar(body: GrammarIn, state: StateDep, engine: EngineDep) -> dict[str, Any]:
-    """Compile a grammar request: the grammar text, xgrammar's warnings, compile stats."""
-    result, resolved = await actions.compile_grammar(state, engine, body)
+async def compile_grammar(body: CompileIn, state: StateDep) -> dict[str, Any]:
+    """Compile a grammar request for the tokenizer of the model ``model`` names: the grammar
+    text, xgrammar's warnings, compile stats."""
+    result, resolved = await actions.compile_grammar(state, state.engine_for(body.model), body)
     return actions.compile_answer(result, body, resolved)
 
 
@@ -193,21 +196,25 @@ async def get_permalink(
 
 @router.post("/api/permalinks/{snapshot_id}/session", tags=["permalinks"])
 async def open_permalink(
-    snapshot_id: Annotated[str, Path(max_length=64)], state: StateDep
+    snapshot_id: Annotated[str, Path(max_length=64)],
+    state: StateDep,
+    body: OpenPermalinkIn | None = None,
 ) -> Response:
     """Open a new session from the snapshot and replay its trace (409 if it does not replay, or
-    names a model not configured here)."""
+    names a model not configured here). ``model`` opens it on another model instead: its tokens
+    may differ, and a forced token may not replay."""
     snapshot, _ = await sharing.load(state, snapshot_id)
-    handle = await sharing.open_snapshot(state, snapshot)
+    handle = await sharing.open_snapshot(state, snapshot, model=body.model if body else None)
     answer = await actions.step_response(state, handle, list(handle.session.steps))
     return await _json({**actions.session_answer(handle), **answer})
 
 
 @router.post("/api/replay", tags=["grammar"])
-async def replay(body: ReplayIn, state: StateDep, engine: EngineDep) -> Response:
-    """Walk a text or token ids through the grammar, without the model: at most
-    ``MASKSCOPE_REPLAY_MAX_TOKENS`` tokens (413 beyond), bitmasks only for ``bitmask_for``."""
-    result = await actions.replay(state, engine, body)
+async def replay(body: ReplayIn, state: StateDep) -> Response:
+    """Walk a text or token ids through the grammar, without the model (with the tokenizer of
+    the one ``model`` names): at most ``MASKSCOPE_REPLAY_MAX_TOKENS`` tokens (413 beyond),
+    bitmasks only for ``bitmask_for``."""
+    result = await actions.replay(state, state.engine_for(body.model), body)
     return await _json(result.to_dict())
 
 
@@ -236,9 +243,15 @@ async def example(example_id: Annotated[str, Path(max_length=64)]) -> dict[str, 
 
 
 @router.get("/api/vocab", tags=["examples"])
-async def vocab(engine: EngineDep) -> JSONResponse:
-    """The text of every token id, for the bitmask picture and the token search."""
-    tokens = engine.model.tokens
+async def vocab(
+    state: StateDep,
+    model: Annotated[str, Query(max_length=64, description="`local` or a remote engine's id")] = (
+        LOCAL_MODEL_ID
+    ),
+) -> JSONResponse:
+    """The text of every token id of the tokenizer of the model ``model`` names, for the bitmask
+    picture and the token search."""
+    tokens = state.engine_for(model).model.tokens
     texts = [tokens.text(i) for i in range(tokens.vocab_size)]
     return JSONResponse(
         {"vocab_size": tokens.vocab_size, "tokens": texts},

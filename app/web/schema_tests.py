@@ -11,7 +11,7 @@ from fastapi import APIRouter
 from app.engine import AnyEngine
 from app.schematests import SchemaTestResult, run_tests
 from app.web import actions
-from app.web.deps import EngineDep, StateDep
+from app.web.deps import StateDep
 from app.web.models import GrammarIn, SchemaTestIn, SchemaTestsIn, check_test_sizes
 from app.web.state import AppState
 
@@ -40,11 +40,11 @@ async def run(
     tags=["grammar"],
     responses={413: {"description": "a test's text is above 64 KiB, or longer than a replay"}},
 )
-async def schema_tests(body: SchemaTestsIn, state: StateDep, engine: EngineDep) -> dict[str, Any]:
+async def schema_tests(body: SchemaTestsIn, state: StateDep) -> dict[str, Any]:
     """Run schema unit tests: each text is judged by the grammar (a replay; a JSON document also
     in the form the grammar writes it, ``normalized``, on which the test is judged) and by the
     schema (jsonschema, or the Pydantic model; null for EBNF and regex). A test passes when the
     grammar's verdict is the one expected; ``disagree`` flags grammar and schema differing."""
     check_test_sizes(body.tests)
-    results = await run(state, engine, body.grammar, body.tests)
+    results = await run(state, state.engine_for(body.model), body.grammar, body.tests)
     return {"results": [r.to_dict() for r in results]}

@@ -203,18 +203,24 @@ def _replay_actions(session: Session, trace: list[dict[str, Any]]) -> None:
                 ) from None
 
 
-async def open_snapshot(state: AppState, snapshot: dict[str, Any]) -> SessionHandle:
-    """A new session from a snapshot's request, on its model, with its trace replayed.
+async def open_snapshot(
+    state: AppState, snapshot: dict[str, Any], *, model: str | None = None
+) -> SessionHandle:
+    """A new session from a snapshot's request, on its model (or on ``model``), with its trace
+    replayed.
 
     Raises:
-        ModelNotConfigured: the snapshot's model is not configured on this server.
+        ModelNotConfigured: the snapshot's model is not configured on this server, and no
+            other model was named.
     """
     model_id = _model_id(snapshot)
-    if not _configured(state, model_id):
+    if model is not None:
+        snapshot = {**snapshot, "request": {**snapshot["request"], "model": model}}
+    elif not _configured(state, model_id):
         raise ModelNotConfigured(
             f"this permalink was made on the model {model_id!r} "
             f"({snapshot['model'].get('served_name', 'remote')}), which is not configured on "
-            'this server; open it on another model by removing "model" from its request'
+            'this server; open it on another model by naming one ("model")'
         )
     body = SessionIn.model_validate(snapshot["request"])
     handle = await actions.create_session(state, body)
