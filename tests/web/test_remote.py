@@ -153,3 +153,70 @@ def test_a_permalink_made_on_the_remote_engine_reopens_on_it_and_is_refused_with
         assert "'vllm'" in _error(refused, 409, "model_not_configured")
         differences = without.get(f"/api/permalinks/{snapshot_id}").json()["differences"]
         assert differences == ["model: shared with 'vllm', which is not configured on this server"]
+
+
+def _tokenizer_routes(model: str) -> list[tuple[str, str, dict[str, Any] | None]]:
+    """Every route whose answer depends on the tokenizer, as (method, url, body) on ``model``."""
+    grammar = session_body()["grammar"]
+    document = '{"id": 42, "name": "Ada Lovelace", "tags": []}'
+    return [
+        ("POST", "/api/compile", {**grammar, "model": model}),
+        ("POST", "/api/replay", {"grammar": grammar, "text": document, "model": model}),
+        ("POST", "/api/tests", {"grammar": grammar, "model": model,
+                                "tests": [{"text": document, "expect": "fail"}]}),
+        ("POST", "/api/doctor", {"grammar": grammar, "model": model, "budget_ms": 500}),
+        ("POST", "/api/export?target=vllm", {**grammar, "model": model}),
+        ("GET", f"/api/vocab?model={model}", None),
+    ]  # fmt: skip
+
+
+def _without_timings(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if not k.endswith(("_ms", "_us"))}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
+def test_every_tokenizer_route_answers_for_the_model_it_names(client: TestClient) -> None:
+    for (method, url, body), (_, local_url, local_body) in zip(
+        _tokenizer_routes("vllm"), _tokenizer_routes("local"), strict=True
+    ):
+        remote = client.request(method, url, json=body)
+        assert remote.status_code == 200, (url, remote.text)
+        local = client.request(method, local_url, json=local_body)
+        if url.startswith("/api/export"):  # the served name is the engine's, not the hub id
+            assert "smollm2-135m-instruct" in remote.json()["code"]
+            assert "smollm2-135m-instruct" not in local.json()["code"]
+        elif not url.startswith("/api/doctor"):  # the Doctor's search is bounded by time
+            # The same tokenizer (the served model's is the local one's): the same answers.
+            assert _without_timings(remote.json()) == _without_timings(local.json()), url
+    for method, url, body in _tokenizer_routes("down"):
+        message = _error(client.request(method, url, json=body), 503, "not_ready")
+        assert "remote engine 'down'" in message, url
+    for method, url, body in _tokenizer_routes("nope"):
+        assert "no model 'nope'" in _error(client.request(method, url, json=body), 422,
+                                           "invalid_input"), url  # fmt: skip
+
+
+def test_grammars_compile_once_for_one_tokenizer(client: TestClient, engine: Engine) -> None:
+    """The served model's tokenizer is the local one (the same hash): one compiler, one cache."""
+    remote = client.app.state.maskscope.engine_for("vllm")  # type: ignore[attr-defined]
+    assert remote.model.tokens.vocab_size == engine.model.tokens.vocab_size
+    assert remote.compiler is engine.compiler
+
+
+def test_a_permalink_opens_on_another_model_when_asked(
+    client: TestClient, engine: Engine, db_path: Path
+) -> None:
+    body = session_body(model="vllm", actions=[{"op": "step", "n": 4}])
+    snapshot_id = client.post("/api/permalinks", json=body).json()["id"]
+    with TestClient(create_app(_settings(db_path), engine=engine)) as without:
+        opened = without.post(f"/api/permalinks/{snapshot_id}/session", json={"model": "local"})
+        assert opened.status_code == 200, opened.text
+        assert opened.json()["model"]["model_id"] == engine.model.identity.model_id
+        local_id = without.post("/api/sessions", json=session_body()).json()["id"]
+        local = without.post(f"/api/sessions/{local_id}/step", json={"n": 4}).json()["steps"]
+        assert [s["token_id"] for s in opened.json()["steps"]] == [s["token_id"] for s in local]
+        unknown = without.post(f"/api/permalinks/{snapshot_id}/session", json={"model": "nope"})
+        assert "no model 'nope'" in _error(unknown, 422, "invalid_input")

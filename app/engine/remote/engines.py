@@ -10,10 +10,10 @@ from app.engine.compiler import GrammarCompiler
 from app.engine.engine import Engine
 from app.engine.model import LoadedModel
 from app.engine.remote.model import RemoteModel, connect
-from app.exceptions import NotReady
+from app.exceptions import InvalidInput, NotReady
 from app.settings import RemoteEngineSpec, Settings
 
-__all__ = ["RemoteEngines", "RemoteSlot"]
+__all__ = ["RemoteEngines", "RemoteSlot", "open_remote"]
 
 log = logging.getLogger(__name__)
 
@@ -123,3 +123,28 @@ class RemoteEngines:
         with self._lock:
             for compiler in self._own_compilers:
                 compiler.close()
+
+
+def open_remote(settings: Settings, engine_id: str) -> Engine[RemoteModel]:
+    """The remote engine ``engine_id`` of the settings, checked once, with a compiler of its own
+    (the command line: no local model is loaded). Close it with :meth:`Engine.close`, then its
+    model's ``close``.
+
+    Raises:
+        InvalidInput: the settings name no remote engine ``engine_id``.
+        NotReady: its check failed, with the reason.
+    """
+    spec = next((s for s in settings.remote_engines if s.id == engine_id), None)
+    if spec is None:
+        known = ", ".join(repr(s.id) for s in settings.remote_engines) or "none"
+        raise InvalidInput(
+            f"no remote engine {engine_id!r} in MASKSCOPE_REMOTE_ENGINES (configured: {known})"
+        )
+    model = connect(spec, timeout_s=settings.remote_timeout_s)
+    compiler = GrammarCompiler(
+        model.tokens.info,
+        workers=settings.compile_workers,
+        timeout_s=settings.compile_timeout_s,
+        cache_bytes=settings.compile_cache_bytes,
+    )
+    return Engine(model, compiler, settings)
