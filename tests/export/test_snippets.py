@@ -11,7 +11,7 @@ from typing import Any
 import llguidance
 import pytest
 
-from app.engine import ChatMessage, Engine
+from app.engine import ChatMessage, Engine, GrammarSpec
 from app.engine.grammar import CompileOptions, GrammarKind, MaskingLibrary
 from app.engine.llguidance.options import strict_schema
 from app.export import TARGETS, ExportRequest, Message, PydanticSource, Sampling, export
@@ -217,10 +217,9 @@ def test_the_llguidance_snippet_accepts_what_maskscope_accepts(
         assert _llg_accepts(matcher, scope["lltokenizer"], text) == expected, text
 
 
-def _llguidance_engine(engine: Engine, req: ExportRequest) -> llguidance.LLMatcher:
-    spec = dataclasses.replace(spec_of(req), library=MaskingLibrary.LLGUIDANCE)
-    matcher: llguidance.LLMatcher = engine.compile(spec).compiled.matcher()
-    return matcher
+def _llguidance_spec(req: ExportRequest) -> GrammarSpec:
+    """The spec Maskscope's llguidance engine compiles for the request."""
+    return dataclasses.replace(spec_of(req), library=MaskingLibrary.LLGUIDANCE)
 
 
 @pytest.mark.parametrize("strict_mode", [True, False])
@@ -232,7 +231,7 @@ def test_the_llguidance_snippet_refuses_an_extra_property_as_the_llguidance_engi
     req = make_request(engine, source=json.dumps(schema), options=options)
     scope = module_scope()
     snippet = run_until(export(req, "llguidance").code, "matcher", scope)
-    ours = _llguidance_engine(engine, req)
+    ours = engine.compile(_llguidance_spec(req)).compiled.matcher()
     for text, accepted in [('{"a": 1}', True), ('{"a": 1, "z": 2}', not strict_mode)]:
         verdicts = (
             _llg_accepts(snippet, scope["lltokenizer"], text),
@@ -255,9 +254,8 @@ def test_what_the_llguidance_snippet_cannot_express_is_what_the_engine_does_not_
     engine: Engine, options: CompileOptions, missing: tuple[str, ...]
 ) -> None:
     req = make_request(engine, options=options)
-    spec = dataclasses.replace(spec_of(req), library=MaskingLibrary.LLGUIDANCE)
     names = tuple(line.split("=")[0] for line in export(req, "llguidance").not_expressible)
-    assert names == engine.compile(spec).not_carried == missing
+    assert names == engine.compile(_llguidance_spec(req)).not_carried == missing
 
 
 def test_llguidance_runs_ebnf_and_regex(engine: Engine) -> None:
