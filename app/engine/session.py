@@ -47,7 +47,7 @@ class StopReason(StrEnum):
     EOS = "eos"
     #: ``max_tokens`` steps were taken
     MAX_TOKENS = "max_tokens"
-    #: the matcher refused a token its own mask allowed (an xgrammar bug, shown, not hidden)
+    #: the matcher refused a token its own mask allowed (an engine bug, either library's: shown)
     REJECTED = "rejected"
 
 
