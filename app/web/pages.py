@@ -178,19 +178,16 @@ def _footer(handle: SessionHandle) -> tuple[str, dict[str, Any]]:
 def _page(request: Request, state: AppState, prefill: dict[str, Any], **extra: Any) -> HTMLResponse:
     examples = load_examples()
     models = state.models()
-    model_id = prefill.get("model", LOCAL_MODEL_ID)
-    if not any(m["id"] == model_id for m in models):
-        model_id = LOCAL_MODEL_ID  # a permalink's model not configured here: the banner says so
+    wanted = prefill.get("model", LOCAL_MODEL_ID)
+    # A permalink's model not configured here: the picker falls back to the local model, and
+    # the banner offers to open the permalink on the model picked.
+    missing = None if any(m["id"] == wanted for m in models) else wanted
+    model_id = LOCAL_MODEL_ID if missing else wanted
     options = {**PRESETS["maskscope"].to_dict(), "preset": "maskscope", **prefill["options"]}
+    filled = {"engine": "xgrammar", "compare": False, **prefill, "options": options}
     context = {
         "examples": examples,
-        "prefill": {
-            "engine": "xgrammar",
-            "compare": False,
-            **prefill,
-            "options": options,
-            "model": model_id,
-        },  # fmt: skip
+        "prefill": {**filled, "model": model_id},
         "models": models,
         "llguidance_presets": {
             name: o.to_dict() for name, o in presets(MaskingLibrary.LLGUIDANCE).items()
@@ -202,7 +199,7 @@ def _page(request: Request, state: AppState, prefill: dict[str, Any], **extra: A
         "example_id": None,
         "permalink": None,
         "differences": [],
-        "model_missing": None,
+        "model_missing": missing,
         "shared_tests": [],
         **extra,
     }
@@ -225,7 +222,6 @@ async def permalink_page(request: Request, state: StateDep, snapshot_id: str) ->
         return not_found_page(
             request, "This permalink does not exist: check the link, or ask for a new one."
         )
-    model = snapshot["request"].get("model", LOCAL_MODEL_ID)
     return _page(
         request,
         state,
@@ -234,7 +230,6 @@ async def permalink_page(request: Request, state: StateDep, snapshot_id: str) ->
         trace_steps=sum(a.get("n", 1) for a in snapshot["actions"]),
         # While the model loads, the page shows; opening the session is 503.
         differences=sharing.differences(state, snapshot),
-        model_missing=None if model in {m["id"] for m in state.models()} else model,
         shared_tests=snapshot.get("tests") or [],
     )
 

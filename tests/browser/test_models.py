@@ -39,9 +39,13 @@ def remote_server(engine: Engine, vllm_server: VllmServer) -> Iterator[str]:
 
 
 def _run(page: Page) -> list[str]:
-    """Run the form's session to its end (``_STEPS`` tokens): the chips' texts."""
+    """Run a new session from the form to its end (``_STEPS`` tokens): the chips' texts."""
+    session = page.locator("#session")
+    before = session.get_attribute("data-session-id") if session.count() else None
     page.fill('input[name="max_tokens"]', str(_STEPS))
     page.click("#btn-run")
+    fresh = f"#session:not([data-session-id='{before}'])" if before else "#session"
+    expect(page.locator(fresh)).to_have_count(1, timeout=_RUN_MS)
     expect(page.locator("#status")).to_have_attribute("data-done", "true", timeout=_RUN_MS)
     expect(page.locator("#tokens .chip")).to_have_count(_STEPS)
     expect(page.locator("#session-area")).not_to_have_class(STALE)
