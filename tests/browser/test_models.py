@@ -1,11 +1,13 @@
 """The model picker in a real browser: a live server with the local model and a real ``vllm
-serve`` of the same checkpoint; a session on each, picked in the setup form."""
+serve`` of the same checkpoint, a session on each, picked in the setup form; and a permalink made
+on a model this server does not have, opened on the picked one."""
 
 from __future__ import annotations
 
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,12 +15,12 @@ from playwright.sync_api import Page, expect
 
 from app.engine import Engine
 from app.settings import Settings
+from app.store.permalinks import PermalinkStore
 from tests.browser.conftest import ARTIFACTS
 from tests.conftest import serve
 from tests.engine.remote.conftest import spec_for
 from tests.vllm_server import VllmServer
-
-pytestmark = pytest.mark.remote
+from tests.web.test_model_picker import snapshot_made_on
 
 _READY_S = 180.0
 _RUN_MS = 180_000
@@ -52,6 +54,7 @@ def _run(page: Page) -> list[str]:
     return page.locator("#tokens .chip").all_inner_texts()
 
 
+@pytest.mark.remote
 def test_the_picker_runs_a_session_on_the_remote_engine_then_on_the_local_model(
     page: Page, remote_server: str
 ) -> None:
@@ -90,3 +93,24 @@ def test_the_picker_runs_a_session_on_the_remote_engine_then_on_the_local_model(
     with page.expect_request(lambda r: "/api/vocab?model=local" in r.url):
         page.fill("#token-search", "{")
     expect(page.locator("#search-results li").first).to_contain_text("allowed")
+
+
+def test_a_permalink_on_a_missing_model_opens_on_the_picked_one_when_asked(
+    page: Page, engine: Engine, tmp_path: Path
+) -> None:
+    db_path = tmp_path / "permalinks.db"
+    snapshot = snapshot_made_on(engine, "elsewhere", served_name="big-model")
+    snapshot_id, _ = PermalinkStore(db_path).put(snapshot)
+    for url in serve(Settings(db_path=db_path), engine):
+        page.goto(f"{url}/s/{snapshot_id}")
+        banner = page.locator("#permalink-banner")
+        expect(banner).to_contain_text("shared with 'elsewhere', which is not configured")
+        expect(banner).to_contain_text("its tokens and figures")
+        expect(page.locator("#compile-result .stats")).to_contain_text("compiled")
+        expect(page.locator("#session")).to_have_count(0)  # not opened: it would be refused
+        expect(page.locator("#model")).to_have_value("local")
+        page.click("#btn-open-elsewhere")
+        expect(page.locator("#tokens .chip")).to_have_count(4, timeout=_RUN_MS)
+        expect(page.locator("#footer-model")).to_contain_text("model local")
+        expect(page.locator("#inspector")).to_have_attribute("data-index", "3")
+        expect(page.locator("#toast")).to_be_empty()

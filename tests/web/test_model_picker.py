@@ -49,15 +49,20 @@ def _option(page: str, model_id: str) -> str:
     return html.unescape(match.group(0))
 
 
-def _stored(client: TestClient, model_id: str, **model: str) -> str:
-    """A permalink of four greedy steps, as if made on ``model_id`` (with identity ``model``)."""
-    state: AppState = client.app.state.maskscope  # type: ignore[attr-defined]
-    assert state.engine is not None
+def snapshot_made_on(engine: Engine, model_id: str, **model: str) -> dict[str, Any]:
+    """A snapshot of four greedy steps on the nested example, as if made on ``model_id`` (with
+    the identity ``model``)."""
     body = PermalinkIn.model_validate(session_body(max_tokens=20, actions=[{"op": "step", "n": 4}]))
-    snapshot = sharing.snapshot_of_request(body, state.engine.model.identity)
+    snapshot = sharing.snapshot_of_request(body, engine.model.identity)
     snapshot["request"]["model"] = model_id
     snapshot["model"] = {"model_id": model_id, **model}
-    snapshot_id, _ = state.store.put(snapshot)
+    return snapshot
+
+
+def _stored(client: TestClient, model_id: str, **model: str) -> str:
+    state: AppState = client.app.state.maskscope  # type: ignore[attr-defined]
+    assert state.engine is not None
+    snapshot_id, _ = state.store.put(snapshot_made_on(state.engine, model_id, **model))
     return snapshot_id
 
 
