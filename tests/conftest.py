@@ -92,8 +92,14 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def live_server(engine: Engine) -> Iterator[str]:
     """The app served by uvicorn in a thread, sharing the test session's engine."""
+    yield from serve(Settings(), engine)
+
+
+def serve(settings: Settings, engine: Engine) -> Iterator[str]:
+    """An app with ``settings`` around ``engine``, served by uvicorn in a thread: its root URL,
+    until the generator is closed (a fixture's body)."""
     port = free_port()
-    config = uvicorn.Config(create_app(Settings(), engine=engine), port=port, log_level="warning")
+    config = uvicorn.Config(create_app(settings, engine=engine), port=port, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
