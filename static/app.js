@@ -102,7 +102,10 @@
     if ($("#source").value) htmx.trigger(document.body, "compile");
     else if (initial) MS.loadExample(initial);
     const banner = $("#permalink-banner");
-    if (banner) MS.enqueue(() => MS.openPermalink(banner.dataset.permalink));
+    // A permalink made on a model not configured here opens only when asked, on the picked one.
+    if (banner && !banner.dataset.modelMissing) MS.enqueue(() => MS.openPermalink(banner.dataset.permalink));
+    const elsewhere = $("#btn-open-elsewhere");
+    if (elsewhere) elsewhere.addEventListener("click", () => MS.enqueue(() => MS.openPermalink(banner.dataset.permalink, $("#model").value)));
   }
 
   Object.assign(MS, { refresh, applyChipFilter });

@@ -1,4 +1,4 @@
-"""Shared fixtures: the real model and compiler, loaded once per test run."""
+"""Shared fixtures: the real model and compiler, loaded once per test run; real vLLM servers."""
 
 from __future__ import annotations
 
@@ -11,8 +11,60 @@ import pytest
 import uvicorn
 
 from app.engine import Engine
+from app.engine.model import checkpoint_source
 from app.main import create_app
 from app.settings import Settings
+from tests.vllm_server import VllmServer
+
+# vLLM servers the collected tests ask for, started in the background as soon as they are known
+# (start-up takes minutes): the default flags (the whole vocabulary's logprobs), and vLLM's
+# default cap of 20 logprobs (top-K only).
+_VLLM_SERVERS = {
+    "vllm_server": ("default", ()),
+    "vllm_capped_server": ("capped", ("--max-logprobs", "20")),
+}
+_VLLM_STARTUP_S = 900.0
+_vllm_servers: dict[str, VllmServer] = {}
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected what will not run
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Start the vLLM servers that the collected tests use (each once, in the background), and
+    run the tests that use them last, so that they start while the other tests run."""
+    items.sort(key=lambda item: item.get_closest_marker("remote") is not None)
+    used = {name for item in items for name in getattr(item, "fixturenames", ())}
+    wanted = used & set(_VLLM_SERVERS)
+    for name in sorted(wanted - set(_vllm_servers)):
+        label, flags = _VLLM_SERVERS[name]
+        server = VllmServer(
+            label, model_dir=checkpoint_source(Settings()), port=free_port(), extra=flags
+        )
+        server.start()
+        _vllm_servers[name] = server
+
+
+def pytest_sessionfinish() -> None:
+    """Stop every vLLM server this session started."""
+    for server in _vllm_servers.values():
+        server.stop()
+
+
+def _vllm(name: str) -> VllmServer:
+    server = _vllm_servers[name]
+    server.wait_ready(_VLLM_STARTUP_S)
+    return server
+
+
+@pytest.fixture(scope="session")
+def vllm_server() -> VllmServer:
+    """A real ``vllm serve`` of the local model's checkpoint, as ``make vllm`` starts it."""
+    return _vllm("vllm_server")
+
+
+@pytest.fixture(scope="session")
+def vllm_capped_server() -> VllmServer:
+    """The same, with vLLM's default cap of 20 logprobs a request."""
+    return _vllm("vllm_capped_server")
 
 
 @pytest.fixture(scope="session")
@@ -40,8 +92,14 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def live_server(engine: Engine) -> Iterator[str]:
     """The app served by uvicorn in a thread, sharing the test session's engine."""
+    yield from serve(Settings(), engine)
+
+
+def serve(settings: Settings, engine: Engine) -> Iterator[str]:
+    """An app with ``settings`` around ``engine``, served by uvicorn in a thread: its root URL,
+    until the generator is closed (a fixture's body)."""
     port = free_port()
-    config = uvicorn.Config(create_app(Settings(), engine=engine), port=port, log_level="warning")
+    config = uvicorn.Config(create_app(settings, engine=engine), port=port, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

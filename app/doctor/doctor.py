@@ -33,7 +33,7 @@ from app.doctor.records import (
 from app.doctor.source_lines import json_lines, pydantic_lines
 from app.doctor.vocab import Vocab
 from app.doctor.witnesses import Found, ValidateMany, search
-from app.engine.engine import Engine
+from app.engine.engine import AnyEngine
 from app.engine.grammar import CompileResult, GrammarSpec, MaskingLibrary
 from app.engine.keyword_probe import ProbeResult
 from app.exceptions import GrammarError, GrammarTooComplex
@@ -50,7 +50,7 @@ __all__ = [
 DEFAULT_BUDGET_MS = 2000
 MAX_BUDGET_MS = 20_000
 RUNNING_AT_ONCE = 2
-_DOCTORS: weakref.WeakKeyDictionary[Engine, Doctor] = weakref.WeakKeyDictionary()
+_DOCTORS: weakref.WeakKeyDictionary[AnyEngine, Doctor] = weakref.WeakKeyDictionary()
 _DOCTORS_LOCK = threading.Lock()
 
 
@@ -76,7 +76,7 @@ class Doctor:
         engine: the loaded engine.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: AnyEngine) -> None:
         self._engine = engine
         self.tokens = engine.model.tokens
         self._vocab: Vocab | None = None
@@ -85,7 +85,7 @@ class Doctor:
         self.llguidance = Llguidance(engine.llguidance)
 
     @classmethod
-    def of(cls, engine: Engine) -> Doctor:
+    def of(cls, engine: AnyEngine) -> Doctor:
         """The engine's doctor (one per engine: it keeps the sorted vocabulary and the
         llguidance tokenizer)."""
         with _DOCTORS_LOCK:

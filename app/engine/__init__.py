@@ -4,7 +4,7 @@ Nothing here knows HTTP; the web layer and the CLI call :class:`Engine` and rend
 """
 
 from app.engine.compiler import GrammarCompiler
-from app.engine.engine import Engine
+from app.engine.engine import AnyEngine, Engine
 from app.engine.grammar import (
     PRESETS,
     CompileOptions,
@@ -40,6 +40,7 @@ __all__ = [
     "CompileOptions",
     "CompileResult",
     "Disagreement",
+    "AnyEngine",
     "Engine",
     "FollowerRecord",
     "GrammarCompiler",

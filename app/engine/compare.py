@@ -16,7 +16,7 @@ not make the step diverge.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
@@ -53,14 +53,19 @@ class Follower:
         return self.masking.name
 
     def compare(
-        self, driver_words: torch.Tensor, probs: torch.Tensor, driver_accepts: Callable[[int], bool]
+        self,
+        driver_words: torch.Tensor,
+        probs: torch.Tensor | Mapping[int, float],
+        driver_accepts: Callable[[int], bool],
     ) -> FollowerRecord | None:
         """The follower's mask against the driver's, both in the state before this step's token
         (None once the follower has ended); :meth:`follow` fills in what comes after the token.
 
         Args:
             driver_words: the driver's bitmask row for the step.
-            probs: the raw distribution of the step (to rank the differing tokens).
+            probs: the raw distribution of the step (to rank the differing tokens), or the
+                probabilities known of it (a remote top-K: only known tokens are ranked, and
+                every other token is less probable than the top-K's).
             driver_accepts: the driver's ``probe_token`` in that state.
         """
         if self._ended is not None:
@@ -132,11 +137,16 @@ class Follower:
         )
 
     def _top(
-        self, ids: np.ndarray, driver: np.ndarray, probs: torch.Tensor
+        self, ids: np.ndarray, driver: np.ndarray, probs: torch.Tensor | Mapping[int, float]
     ) -> tuple[TopDifference, ...]:
+        if not isinstance(probs, torch.Tensor):
+            ids = np.array([i for i in ids.tolist() if i in probs], dtype=np.int64)
         if len(ids) == 0:
             return ()
-        values = probs[torch.from_numpy(ids).to(probs.device)]
+        if isinstance(probs, torch.Tensor):
+            values = probs[torch.from_numpy(ids).to(probs.device)]
+        else:
+            values = torch.tensor([probs[i] for i in ids.tolist()], dtype=torch.float64)
         order = torch.argsort(values, descending=True)[:TOP_DIFFERENCES].tolist()
         return tuple(
             TopDifference(

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Sequence
+from typing import Generic, TypeAlias
+
+from typing_extensions import TypeVar
 
 from app.engine.compare import Follower
 from app.engine.compiler import GrammarCompiler
-from app.engine.forward import LocalForward
+from app.engine.forward import ServingModel
 from app.engine.grammar import CompileResult, GrammarSpec, MaskingLibrary
 from app.engine.llguidance import LlguidanceCompiler
 from app.engine.masking import new_masking
@@ -20,26 +23,30 @@ from app.engine.session import Session
 from app.exceptions import InvalidInput
 from app.settings import Settings
 
-__all__ = ["Engine"]
+__all__ = ["AnyEngine", "Engine"]
+
+#: The model an engine runs: the local one unless said otherwise (``Engine[RemoteModel]``).
+M = TypeVar("M", bound=ServingModel, default=LoadedModel, covariant=True)
 
 
-class Engine:
-    """A loaded model with its grammar compilers (xgrammar's workers, llguidance in-process).
+class Engine(Generic[M]):
+    """A model (the local one, or a remote engine's) with its grammar compilers (xgrammar's
+    workers, llguidance in-process).
 
     Args:
-        model: the loaded model and tokenizer.
+        model: the model and its tokenizer.
         compiler: a compiler built for the model's tokenizer.
         settings: limits and defaults.
     """
 
-    def __init__(self, model: LoadedModel, compiler: GrammarCompiler, settings: Settings) -> None:
+    def __init__(self, model: M, compiler: GrammarCompiler, settings: Settings) -> None:
         self.model = model
         self.compiler = compiler
         self.llguidance = LlguidanceCompiler(model.tokens)
         self.settings = settings
 
-    @classmethod
-    def load(cls, settings: Settings) -> Engine:
+    @staticmethod
+    def load(settings: Settings) -> Engine[LoadedModel]:
         """Load the configured model and start the compile workers."""
         model = load_model(settings)
         compiler = GrammarCompiler(
@@ -48,7 +55,7 @@ class Engine:
             timeout_s=settings.compile_timeout_s,
             cache_bytes=settings.compile_cache_bytes,
         )
-        return cls(model, compiler, settings)
+        return Engine(model, compiler, settings)
 
     def compile(self, spec: GrammarSpec) -> CompileResult:
         """Compile (or fetch from the cache) a grammar for this model's tokenizer, with the
@@ -103,7 +110,7 @@ class Engine:
             compiled,
             prompt,
             masking=new_masking(compiled),
-            forward=LocalForward(self.model, prompt.token_ids),
+            forward=self.model.open_forward(prompt.token_ids),
             sampling=sampling,
             max_tokens=max_tokens,
             top_k=top_k or self.settings.top_k,
@@ -166,3 +173,7 @@ class Engine:
     def close(self) -> None:
         """Stop the compile workers."""
         self.compiler.close()
+
+
+#: An engine on any model: what routes that only need a tokenizer and a compiler take.
+AnyEngine: TypeAlias = Engine[ServingModel]

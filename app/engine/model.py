@@ -11,9 +11,10 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -21,13 +22,18 @@ from app.engine.tokens import Tokens
 from app.exceptions import ModelLoadError
 from app.settings import EMBEDDED_MODEL, Settings
 
+if TYPE_CHECKING:
+    from app.engine.forward.base import ForwardEngine
+
 __all__ = [
     "FairLock",
     "LoadedModel",
     "ModelIdentity",
+    "checkpoint_source",
     "load_model",
     "resolve_device",
     "resolve_dtype",
+    "stop_ids_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -41,17 +47,24 @@ _HASH_FILE = "weights.sha256"
 
 @dataclass(frozen=True)
 class ModelIdentity:
-    """What a trace depends on: the model, a content hash of its weights, library versions."""
+    """What a trace depends on: the model, a content hash of its weights, library versions.
+
+    A remote engine has no weight hash (the server does not expose its weights): it is named by
+    its engine id, served name, tokenizer hash and vLLM version instead.
+    """
 
     model_id: str
-    weights_sha256: str
+    weights_sha256: str | None
     xgrammar: str
     transformers: str
     torch: str
+    served_name: str | None = None
+    tokenizer_sha256: str | None = None
+    vllm: str | None = None
 
     def to_dict(self) -> dict[str, str]:
-        """The identity as JSON-ready values."""
-        return asdict(self)
+        """The identity as JSON-ready values (fields that do not apply are left out)."""
+        return {key: value for key, value in asdict(self).items() if value is not None}
 
 
 class FairLock:
@@ -90,6 +103,12 @@ class LoadedModel:
     device: torch.device
     identity: ModelIdentity
     lock: FairLock = field(default_factory=FairLock)
+
+    def open_forward(self, prompt_ids: Sequence[int]) -> ForwardEngine:
+        """A forward engine for a new session's prompt: a KV cache of its own."""
+        from app.engine.forward.local import LocalForward  # it imports this module
+
+        return LocalForward(self, prompt_ids)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -176,6 +195,12 @@ def _resolve_source(settings: Settings) -> tuple[str, str]:
     return settings.model, settings.model
 
 
+def checkpoint_source(settings: Settings) -> str:
+    """The directory or hub id the configured model loads from (the embedded model's converted
+    copy, made once if missing): what a vLLM server must serve to run the same weights."""
+    return _resolve_source(settings)[0]
+
+
 def _weights_sha256(source: str, cache_dir: Path) -> str:
     directory = Path(source)
     if not directory.is_dir():
@@ -197,7 +222,9 @@ def _weights_sha256(source: str, cache_dir: Path) -> str:
     return memo[stamp]
 
 
-def _stop_ids(model_config: Any, generation_config: Any, tokenizer: Any) -> list[int]:
+def stop_ids_of(model_config: Any, generation_config: Any, tokenizer: Any) -> list[int]:
+    """The ids that end generation: the generation config's EOS, else the model's, else the
+    tokenizer's (either config may be None)."""
     eos = getattr(generation_config, "eos_token_id", None)
     if eos is None:
         eos = getattr(model_config, "eos_token_id", None)
@@ -226,7 +253,7 @@ def load_model(settings: Settings) -> LoadedModel:
         raise ModelLoadError(f"cannot load model {settings.model!r}: {exc}") from exc
     model = model.to(device).eval()
     vocab_size = int(model.config.get_text_config().vocab_size)
-    stop_ids = _stop_ids(model.config, model.generation_config, tokenizer)
+    stop_ids = stop_ids_of(model.config, model.generation_config, tokenizer)
     identity = ModelIdentity(
         model_id=model_id,
         weights_sha256=_weights_sha256(source, settings.cache_dir),

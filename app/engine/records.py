@@ -53,12 +53,15 @@ def _deep_size(value: Any) -> int:
 
 @dataclass(frozen=True, slots=True)
 class TopToken:
-    """One candidate of the raw (unmasked, temperature 1) distribution."""
+    """One candidate of the raw (unmasked, temperature 1) distribution.
+
+    ``logit`` is None when the engine returns log-probabilities, not logits (a remote engine).
+    """
 
     token_id: int
     text: str
     prob: float
-    logit: float
+    logit: float | None
     allowed: bool
 
     def to_dict(self) -> dict[str, Any]:
@@ -155,7 +158,12 @@ class FollowerRecord:
 
 @dataclass(frozen=True, slots=True)
 class StepRecord:
-    """Everything known about one generation step; see ``shared/API.md`` for each field."""
+    """Everything known about one generation step; see ``shared/API.md`` for each field.
+
+    ``inexact`` and ``blocked_mass_max`` are set by remote engines only (None otherwise, and left
+    out of the JSON form): the fields whose value is a bound, and the upper bound of
+    ``blocked_mass`` (equal to it when exact).
+    """
 
     index: int
     token_id: int
@@ -180,12 +188,18 @@ class StepRecord:
     mask_us: float
     total_ms: float
     terminated: bool
+    inexact: tuple[str, ...] | None = None
+    blocked_mass_max: float | None = None
     allowed_tokens: tuple[TopToken, ...] = ()
     follower: FollowerRecord | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form: bytes as base64, tuples as lists."""
+        """JSON-ready form: bytes as base64, tuples as lists; the remote-only fields when set."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.inexact is None:
+            del out["inexact"], out["blocked_mass_max"]
+        else:
+            out["inexact"] = list(self.inexact)
         out["follower"] = self.follower.to_dict() if self.follower else None
         out["token_bytes"] = _b64(self.token_bytes)
         out["bitmask"] = _b64(self.bitmask)

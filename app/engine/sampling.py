@@ -10,7 +10,7 @@ import torch
 
 from app.exceptions import InvalidInput
 
-__all__ = ["SamplingParams", "choose_token", "draw"]
+__all__ = ["SamplingParams", "choose_token", "draw", "step_seed"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,11 @@ class SamplingParams:
 def draw(seed: int, index: int) -> float:
     """A uniform number in [0, 1) determined by ``(seed, index)`` alone."""
     return float(np.random.default_rng([seed, index]).random())
+
+
+def step_seed(seed: int, index: int) -> int:
+    """A seed for step ``index`` alone, for an engine that draws itself (a remote server)."""
+    return int(np.random.default_rng([seed, index]).integers(2**31))
 
 
 def choose_token(masked_logits: torch.Tensor, params: SamplingParams, index: int) -> int:

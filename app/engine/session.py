@@ -16,7 +16,7 @@ import torch
 
 from app.engine.compare import Follower
 from app.engine.distribution import MaskedDistribution, mask_distribution
-from app.engine.forward.base import ForwardEngine, RawDistribution
+from app.engine.forward.base import ForwardEngine, RawDistribution, ServingModel
 from app.engine.grammar import CompileResult
 from app.engine.jsonpath import JsonPosition, advance
 from app.engine.mask import (
@@ -28,7 +28,6 @@ from app.engine.mask import (
     words_from_bytes,
 )
 from app.engine.masking.base import MaskingEngine
-from app.engine.model import LoadedModel
 from app.engine.probe import probe_mask
 from app.engine.prompt import Prompt
 from app.engine.records import GrammarState, Probe, StepRecord, Validation
@@ -48,7 +47,7 @@ class StopReason(StrEnum):
     EOS = "eos"
     #: ``max_tokens`` steps were taken
     MAX_TOKENS = "max_tokens"
-    #: the matcher refused a token its own mask allowed (an xgrammar bug, shown, not hidden)
+    #: the matcher refused a token its own mask allowed (an engine bug, either library's: shown)
     REJECTED = "rejected"
 
 
@@ -69,7 +68,7 @@ class Session:
     (timings aside). A step that fails anywhere leaves the session exactly as it was before it.
 
     Args:
-        model: the loaded model (its tokens and identity).
+        model: the model (its tokens and identity), local or remote.
         grammar: the compiled grammar that masks every step.
         prompt: the rendered prompt.
         masking: the grammar's matcher, in its start state.
@@ -83,7 +82,7 @@ class Session:
 
     def __init__(
         self,
-        model: LoadedModel,
+        model: ServingModel,
         grammar: CompileResult,
         prompt: Prompt,
         *,
@@ -269,16 +268,18 @@ class Session:
         accepted = followed = False
         try:
             raw = self._forward.distribution()
-            view = mask_distribution(raw, self._bitmask, tokens=self._tokens, top_k=self.top_k)
             token = forced
             if token is None:
                 token = self._forward.choose(raw, self._bitmask, self.sampling, index=index)
+            raw = self._forward.with_token(raw, token)
+            view = mask_distribution(raw, self._bitmask, tokens=self._tokens, top_k=self.top_k)
             allowed = allowed_array(words, self._tokens.vocab_size)
             top = [t.token_id for t in view.top]
             probe = probe_mask(self._masking, allowed, chosen=token, top=top, index=index)
             comparison = None
             if self.follower is not None:  # in the state this step's mask was computed in
-                comparison = self.follower.compare(words, view.probs, self._masking.probe_token)
+                probs = view.probs if view.probs is not None else view.known
+                comparison = self.follower.compare(words, probs, self._masking.probe_token)
             accepted = self._masking.accept_token(token)
             position = self._positions[-1]
             if accepted and self.grammar.spec.is_json:
@@ -349,6 +350,9 @@ class Session:
             mask_us=mask.mask_us,
             total_ms=(time.perf_counter() - start) * 1000,
             terminated=self._masking.is_terminated(),
+            # A remote engine's record states which figures are bounds; a local one's are exact.
+            inexact=_inexact(token, view) if view.reports_bounds else None,
+            blocked_mass_max=view.blocked_mass_max if view.reports_bounds else None,
             allowed_tokens=view.allowed_tokens,
         )
 
@@ -362,3 +366,7 @@ class Session:
         if record.index + 1 >= self.max_tokens:
             return StopReason.MAX_TOKENS
         return None
+
+
+def _inexact(token: int, view: MaskedDistribution) -> tuple[str, ...]:
+    return view.inexact if view.rank_exact(token) else (*view.inexact, "rank")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 __all__ = ["Tokens"]
@@ -49,6 +51,20 @@ class Tokens:
             stop_ids=frozenset(stop_ids),
             special_ids=frozenset(i for i in special if 0 <= i < vocab_size),
         )
+
+    @cached_property
+    def sha256(self) -> str:
+        """A content hash of the tokenizer as the mask sees it: every id's bytes, the
+        vocabulary size, the stop and special ids, and the chat template. Two tokenizers with
+        the same hash give the same masks, prompts and stop reasons."""
+        digest = hashlib.sha256(f"{self.vocab_size}\0".encode())
+        for data in self.token_bytes:
+            digest.update(len(data).to_bytes(4, "little") + data)
+        for ids in (self.stop_ids, self.special_ids):
+            digest.update(b"\0" + ",".join(map(str, sorted(ids))).encode())
+        template = getattr(self.tokenizer, "chat_template", None)
+        digest.update(b"\0" + str(template or "").encode())
+        return digest.hexdigest()
 
     def text(self, token_id: int) -> str:
         """The token as text; bytes that are not whole UTF-8 characters show as U+FFFD."""

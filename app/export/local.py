@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
+from typing import Any
 
 from app.engine.grammar import GrammarKind
+from app.engine.llguidance.options import NOT_CARRIED_WHY, JsonOptions, json_options
 from app.export.escape import Code, py
 from app.export.notes import options_line, sampling_notes
-from app.export.options import Layout, layout, reach_llguidance
+from app.export.options import Reach, differences, layout
 from app.export.render import render
 from app.export.request import ExportRequest
-from app.export.snippet import Snippet, constants, header, missing_options, pydantic_code
+from app.export.snippet import Snippet, constants, header, pydantic_code
 
-__all__ = ["llguidance_options", "llguidance_snippet", "xgrammar_snippet"]
+__all__ = ["llguidance_snippet", "xgrammar_snippet"]
 
-# Characters Rust's regex syntax (llguidance's separators are regexes) needs escaped.
-_REGEX_META = set("\\.+*?()|[]{}^$#&-~")
 _SEED_NOTE = "transformers draws with torch's generator, Maskscope with its own."
 
 
@@ -87,28 +88,36 @@ def xgrammar_snippet(req: ExportRequest) -> Snippet:
     return Snippet("xgrammar", "python", code, ())
 
 
-def _regex_literal(text: str) -> str:
-    return "".join("\\" + ch if ch in _REGEX_META else ch for ch in text)
-
-
-def llguidance_options(wanted: Layout) -> dict[str, object]:
-    """llguidance's JSON options for a layout (its separators are regexes: escaped)."""
-    out: dict[str, object] = {"whitespace_flexible": wanted.any_whitespace}
-    item, key = wanted.separators or (",", ": ")  # None comes with an indent llguidance lacks
-    out["item_separator"] = _regex_literal(item)
-    out["key_separator"] = _regex_literal(key)
-    return out
+def _llguidance_json(req: ExportRequest) -> tuple[JsonOptions, list[str]]:
+    """What Maskscope's llguidance engine compiles for the request, and one sentence per option
+    it does not carry (its ``not_carried``)."""
+    carried = json_options(req.schema, req.options)
+    wanted = layout(req.options)
+    dropped: dict[str, Any] = dict.fromkeys(carried.not_carried)  # each is None without it
+    got = dataclasses.replace(wanted, **dropped)
+    stack = f"llguidance {_version('llguidance')}"
+    return carried, differences(wanted, Reach(got, why=NOT_CARRIED_WHY), stack)
 
 
 def llguidance_snippet(req: ExportRequest) -> Snippet:
-    """llguidance's grammar with the options it can carry, and a transformers generate loop."""
-    _, missing = missing_options(req, reach_llguidance, f"llguidance {_version('llguidance')}")
+    """The grammar Maskscope's llguidance engine compiles, and a transformers generate loop."""
     notes = [f"llguidance {_version('llguidance')} with transformers.", options_line(req)]
+    consts = constants(req)
+    missing: list[str] = []
     if req.is_json:
-        options = py(llguidance_options(layout(req.options)), 4)
+        carried, missing = _llguidance_json(req)
+        consts = [(Code("SCHEMA"), py(carried.schema))]
+        options = py(carried.options, 4)
         grammar = _call(
-            "llguidance.LLMatcher.grammar_from_json_schema", "SCHEMA", [("overrides", options)]
+            "llguidance.LLMatcher.grammar_from_json_schema", "SCHEMA", [("defaults", options)]
         )
+        if req.options.strict_mode:
+            notes.append(
+                "strict_mode=True: SCHEMA is the schema closed as xgrammar's strict_mode reads "
+                "it (additionalProperties: false where it names properties and leaves others "
+                "open, items: false after an open prefixItems), as Maskscope's llguidance "
+                "engine compiles it."
+            )
     elif req.kind is GrammarKind.EBNF:
         grammar = Code('llguidance.grammar_from("ebnf", GRAMMAR)')
         notes.append(
@@ -124,7 +133,7 @@ def llguidance_snippet(req: ExportRequest) -> Snippet:
     code = render(
         "llguidance.py.j2",
         notes=header("llguidance", notes, missing),
-        constants=[*constants(req), *prompt_consts],
+        constants=[*consts, *prompt_consts],
         model=py(req.model),
         grammar=grammar,
         prompt=prompt,

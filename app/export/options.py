@@ -21,7 +21,6 @@ __all__ = [
     "Reach",
     "differences",
     "layout",
-    "reach_llguidance",
     "reach_openai",
     "reach_sglang",
     "reach_vllm",
@@ -140,20 +139,6 @@ def reach_sglang(wanted: Layout) -> Reach:
         flags.append(f"--constrained-json-max-whitespace-cnt {count}")
     got = Layout(aw, True, None, default_separators(aw, None), count)
     return Reach(got, tuple(flags), _SGLANG_WHY)
-
-
-def reach_llguidance(wanted: Layout) -> Reach:
-    """llguidance: whitespace and separators are options; strict mode and indent are not."""
-    got = dataclasses.replace(wanted, strict_mode=False, indent=None, max_whitespace_cnt=None)
-    why = {
-        "strict_mode": "llguidance follows the schema's additionalProperties (allowed unless "
-        "it says false); it has no strict mode",
-        "indent": "llguidance has no indentation option",
-        # Measured on 1.7.6: whitespace_pattern "[ ]{1,2}" still accepts three spaces.
-        "max_whitespace_cnt": "llguidance 1.7.6 repeats its whitespace_pattern, so a bound "
-        "written in it is not enforced",
-    }
-    return Reach(got, why=why)
 
 
 def reach_openai(wanted: Layout) -> Reach:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from app.doctor.serialize import normalize
 from app.doctor.witnesses import ValidateMany
-from app.engine import CompileResult, Engine, Validation
+from app.engine import AnyEngine, CompileResult, Validation
 from app.engine.validation import validate_output
 from app.exceptions import ReplayTooLong
 from app.schematests.records import GrammarVerdict, SchemaTest, SchemaTestResult
@@ -15,7 +15,7 @@ from app.schematests.records import GrammarVerdict, SchemaTest, SchemaTestResult
 __all__ = ["run_tests"]
 
 
-def _verdict(engine: Engine, grammar: CompileResult, text: str, index: int) -> GrammarVerdict:
+def _verdict(engine: AnyEngine, grammar: CompileResult, text: str, index: int) -> GrammarVerdict:
     try:
         return GrammarVerdict.of(engine.verdict(grammar, text))
     except ReplayTooLong as too_long:
@@ -34,7 +34,7 @@ def _schema_verdicts(
 
 
 def run_tests(
-    engine: Engine,
+    engine: AnyEngine,
     grammar: CompileResult,
     tests: Sequence[SchemaTest],
     *,

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.engine import (
+    AnyEngine,
     CompileResult,
-    Engine,
     GrammarSpec,
     MaskingLibrary,
     ReplayResult,
@@ -63,7 +63,7 @@ async def resolve(state: AppState, grammar: GrammarIn) -> Resolved:
     return Resolved(grammar.to_spec(json.dumps(derived.schema, indent=2)), derived)
 
 
-async def compiled(state: AppState, engine: Engine, spec: GrammarSpec) -> CompileResult:
+async def compiled(state: AppState, engine: AnyEngine, spec: GrammarSpec) -> CompileResult:
     """The compiled grammar: from the cache at once, else from a compile worker (429 when too
     many compiles wait for one)."""
     hit = engine.cached(spec)
@@ -73,7 +73,7 @@ async def compiled(state: AppState, engine: Engine, spec: GrammarSpec) -> Compil
 
 
 async def compile_grammar(
-    state: AppState, engine: Engine, grammar: GrammarIn
+    state: AppState, engine: AnyEngine, grammar: GrammarIn
 ) -> tuple[CompileResult, Resolved]:
     """Compile off the event loop (the compile itself runs in a worker process)."""
     resolved = await resolve(state, grammar)
@@ -81,7 +81,7 @@ async def compile_grammar(
 
 
 async def compiled_follower(
-    state: AppState, engine: Engine, spec: GrammarSpec, compare: str | None
+    state: AppState, engine: AnyEngine, spec: GrammarSpec, compare: str | None
 ) -> MaskingLibrary | None:
     """Compare mode: compile ``spec`` with the ``compare`` library too (in the compile pool, so
     the session or replay finds it cached); the library, or None without compare mode."""
@@ -115,9 +115,10 @@ def compile_answer(result: CompileResult, grammar: GrammarIn, resolved: Resolved
     return answer
 
 
-async def create_session(state: AppState, engine: Engine, body: SessionIn) -> SessionHandle:
-    """Compile, render the prompt and register a new session."""
+async def create_session(state: AppState, body: SessionIn) -> SessionHandle:
+    """Compile, render the prompt and register a new session on the model the body names."""
     body.check_size(state.settings)
+    engine = state.engine_for(body.model)
     resolved = await resolve(state, body.grammar)
     grammar = await compiled(state, engine, resolved.spec)
     compare = await compiled_follower(state, engine, resolved.spec, body.compare)
@@ -255,7 +256,7 @@ async def force(
     return record
 
 
-async def replay(state: AppState, engine: Engine, body: ReplayIn) -> ReplayResult:
+async def replay(state: AppState, engine: AnyEngine, body: ReplayIn) -> ReplayResult:
     """Walk the text or token ids through the grammar (413 past the token cap)."""
     grammar, _ = await compile_grammar(state, engine, body.grammar)
     compare = await compiled_follower(state, engine, grammar.spec, body.compare)
@@ -270,7 +271,7 @@ async def replay(state: AppState, engine: Engine, body: ReplayIn) -> ReplayResul
 
 
 async def replay_token(
-    state: AppState, engine: Engine, grammar_in: GrammarIn, text: str, index: int
+    state: AppState, engine: AnyEngine, grammar_in: GrammarIn, text: str, index: int
 ) -> ReplayToken:
     """Token ``index`` of the replay of ``text``, with its bitmask: only the tokens up to it
     are walked, and only its bitmask is kept.

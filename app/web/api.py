@@ -11,12 +11,14 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from app.examples import load_examples
+from app.settings import LOCAL_MODEL_ID
 from app.web import actions, sharing
 from app.web.deps import EngineDep, HandleDep, StateDep
 from app.web.models import (
+    CompileIn,
     CountIn,
     ForceIn,
-    GrammarIn,
+    OpenPermalinkIn,
     PermalinkIn,
     ReplayIn,
     SessionIn,
@@ -63,17 +65,25 @@ async def readyz(state: StateDep) -> JSONResponse:
     )
 
 
+@router.get("/api/models", tags=["models"])
+async def models(state: StateDep) -> list[dict[str, Any]]:
+    """The local model and the remote engines (``MASKSCOPE_REMOTE_ENGINES``), each with its
+    readiness and, when not ready, the reason."""
+    return state.models()
+
+
 @router.post("/api/compile", tags=["grammar"])
-async def compile_grammar(body: GrammarIn, state: StateDep, engine: EngineDep) -> dict[str, Any]:
-    """Compile a grammar request: the grammar text, xgrammar's warnings, compile stats."""
-    result, resolved = await actions.compile_grammar(state, engine, body)
+async def compile_grammar(body: CompileIn, state: StateDep) -> dict[str, Any]:
+    """Compile a grammar request for the tokenizer of the model ``model`` names: the grammar
+    text, xgrammar's warnings, compile stats."""
+    result, resolved = await actions.compile_grammar(state, state.engine_for(body.model), body)
     return actions.compile_answer(result, body, resolved)
 
 
 @router.post("/api/sessions", tags=["sessions"])
-async def create_session(body: SessionIn, state: StateDep, engine: EngineDep) -> dict[str, Any]:
-    """Open a session: compile, render the prompt, ready to step."""
-    handle = await actions.create_session(state, engine, body)
+async def create_session(body: SessionIn, state: StateDep) -> dict[str, Any]:
+    """Open a session on the model ``model`` names: compile, render the prompt, ready to step."""
+    handle = await actions.create_session(state, body)
     return actions.session_answer(handle)
 
 
@@ -151,11 +161,12 @@ async def trace(handle: HandleDep, state: StateDep) -> Response:
 
 @router.post("/api/permalinks", tags=["permalinks"], status_code=201,
              responses={200: {"description": "the same snapshot already existed"}})  # fmt: skip
-async def create_permalink(body: PermalinkIn, state: StateDep, engine: EngineDep) -> JSONResponse:
+async def create_permalink(body: PermalinkIn, state: StateDep) -> JSONResponse:
     """Store an immutable snapshot; equal content gives an equal id (201 new, 200 existing).
     Its schema unit tests (``tests``) are run, and their verdicts kept with them."""
     body.check_size(state.settings)
     check_test_sizes(body.tests)
+    engine = state.engine_for(body.model)
     tests = await sharing.recorded_tests(state, engine, body.grammar, body.tests)
 
     def store() -> tuple[str, bool]:
@@ -170,34 +181,40 @@ async def create_permalink(body: PermalinkIn, state: StateDep, engine: EngineDep
 
 @router.get("/api/permalinks/{snapshot_id}", tags=["permalinks"])
 async def get_permalink(
-    snapshot_id: Annotated[str, Path(max_length=64)], state: StateDep, engine: EngineDep
+    snapshot_id: Annotated[str, Path(max_length=64)], state: StateDep, _: EngineDep
 ) -> dict[str, Any]:
     """The stored snapshot, with the model and versions recorded at share time, and what differs
     from this server's; its tests (``[]`` when it holds none) judged again here
     (``test_results``, each with ``differs`` from the verdicts recorded at share time)."""
     snapshot, created = await sharing.load(state, snapshot_id)
-    differences = sharing.differences(snapshot, engine.model.identity)
-    results = await sharing.test_results(state, engine, snapshot)
+    differences = sharing.differences(state, snapshot)
+    engine = sharing.engine_of(state, snapshot)
+    results = await sharing.test_results(state, engine, snapshot) if engine else []
     return {"id": snapshot_id, "created_at": created, "tests": [], **snapshot,
             "differences": differences, "test_results": results}  # fmt: skip
 
 
 @router.post("/api/permalinks/{snapshot_id}/session", tags=["permalinks"])
 async def open_permalink(
-    snapshot_id: Annotated[str, Path(max_length=64)], state: StateDep, engine: EngineDep
+    snapshot_id: Annotated[str, Path(max_length=64)],
+    state: StateDep,
+    body: OpenPermalinkIn | None = None,
 ) -> Response:
-    """Open a new session from the snapshot and replay its trace (409 if it does not replay)."""
+    """Open a new session from the snapshot and replay its trace (409 if it does not replay, or
+    names a model not configured here). ``model`` opens it on another model instead: its tokens
+    may differ, and a forced token may not replay."""
     snapshot, _ = await sharing.load(state, snapshot_id)
-    handle = await sharing.open_snapshot(state, engine, snapshot)
+    handle = await sharing.open_snapshot(state, snapshot, model=body.model if body else None)
     answer = await actions.step_response(state, handle, list(handle.session.steps))
     return await _json({**actions.session_answer(handle), **answer})
 
 
 @router.post("/api/replay", tags=["grammar"])
-async def replay(body: ReplayIn, state: StateDep, engine: EngineDep) -> Response:
-    """Walk a text or token ids through the grammar, without the model: at most
-    ``MASKSCOPE_REPLAY_MAX_TOKENS`` tokens (413 beyond), bitmasks only for ``bitmask_for``."""
-    result = await actions.replay(state, engine, body)
+async def replay(body: ReplayIn, state: StateDep) -> Response:
+    """Walk a text or token ids through the grammar, without the model (with the tokenizer of
+    the one ``model`` names): at most ``MASKSCOPE_REPLAY_MAX_TOKENS`` tokens (413 beyond),
+    bitmasks only for ``bitmask_for``."""
+    result = await actions.replay(state, state.engine_for(body.model), body)
     return await _json(result.to_dict())
 
 
@@ -226,9 +243,15 @@ async def example(example_id: Annotated[str, Path(max_length=64)]) -> dict[str, 
 
 
 @router.get("/api/vocab", tags=["examples"])
-async def vocab(engine: EngineDep) -> JSONResponse:
-    """The text of every token id, for the bitmask picture and the token search."""
-    tokens = engine.model.tokens
+async def vocab(
+    state: StateDep,
+    model: Annotated[str, Query(max_length=64, description="`local` or a remote engine's id")] = (
+        LOCAL_MODEL_ID
+    ),
+) -> JSONResponse:
+    """The text of every token id of the tokenizer of the model ``model`` names, for the bitmask
+    picture and the token search."""
+    tokens = state.engine_for(model).model.tokens
     texts = [tokens.text(i) for i in range(tokens.vocab_size)]
     return JSONResponse(
         {"vocab_size": tokens.vocab_size, "tokens": texts},

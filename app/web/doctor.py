@@ -8,9 +8,9 @@ from typing import Any
 from fastapi import APIRouter
 
 from app.doctor import Doctor, DoctorReport, PydanticSource, Status
-from app.engine import Engine
+from app.engine import AnyEngine
 from app.web import actions
-from app.web.deps import EngineDep, StateDep
+from app.web.deps import StateDep
 from app.web.models import DoctorIn
 from app.web.state import AppState
 
@@ -19,7 +19,7 @@ __all__ = ["editor_marks", "examine", "router"]
 router = APIRouter()
 
 
-async def examine(state: AppState, engine: Engine, body: DoctorIn) -> DoctorReport:
+async def examine(state: AppState, engine: AnyEngine, body: DoctorIn) -> DoctorReport:
     """Resolve the grammar request (Pydantic through the sandbox) and examine it off the loop."""
     resolved = await actions.resolve(state, body.grammar)
     pydantic = None
@@ -48,9 +48,9 @@ def editor_marks(report: DoctorReport) -> list[dict[str, Any]]:
 
 
 @router.post("/api/doctor", tags=["grammar"])
-async def doctor(body: DoctorIn, state: StateDep, engine: EngineDep) -> dict[str, Any]:
+async def doctor(body: DoctorIn, state: StateDep) -> dict[str, Any]:
     """Examine a grammar: each keyword enforced, ignored, weakened or warned; witnesses (documents
     on which grammar and schema disagree); what vLLM, SGLang, llguidance and OpenAI's strict mode
     do with it; and its costs. EBNF and regex get the costs and the llguidance row only."""
-    report = await examine(state, engine, body)
+    report = await examine(state, state.engine_for(body.model), body)
     return report.to_dict()

@@ -24,6 +24,7 @@ STATUS: dict[type[exc.MaskscopeError], int] = {
     exc.TokenRefused: 409,
     exc.SessionFinished: 409,
     exc.RunInProgress: 409,
+    exc.ModelNotConfigured: 409,
     exc.SessionNotFound: 404,
     exc.PermalinkNotFound: 404,
     exc.TooLarge: 413,
@@ -31,6 +32,10 @@ STATUS: dict[type[exc.MaskscopeError], int] = {
     exc.CapacityExceeded: 429,
     exc.NotReady: 503,
     exc.ModelLoadError: 503,
+    exc.RemoteEngineError: 502,
+    exc.EngineUnreachable: 502,
+    exc.EngineError: 502,
+    exc.EngineTimeout: 504,
 }
 _HTTP_CODES = {400: "malformed", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 

@@ -12,13 +12,13 @@ from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ValidationError
 
 from app.doctor.backends import vllm as vllm_rules
-from app.engine import Engine, render_prompt
+from app.engine import render_prompt
 from app.exceptions import GrammarError, InvalidInput, SessionGone, SessionNotFound
 from app.export import TARGETS, ExportRequest, Message, PydanticSource, Sampling, export
 from app.settings import EMBEDDED_HF_ID, EMBEDDED_MODEL, Settings
 from app.web import actions
-from app.web.deps import EngineDep, StateDep
-from app.web.models import GrammarIn, SessionIn
+from app.web.deps import StateDep
+from app.web.models import CompileIn, GrammarIn, SessionIn
 from app.web.pages import form_session_request
 from app.web.sessions import SessionHandle
 from app.web.state import AppState
@@ -66,7 +66,11 @@ def _session_body(data: dict[str, Any]) -> SessionIn:
     """A session request, or a grammar request taken as a session request with no prompt."""
     try:
         if "grammar" not in data:
-            return SessionIn(grammar=GrammarIn.model_validate(data))
+            grammar = CompileIn.model_validate(data)
+            return SessionIn(
+                grammar=GrammarIn.model_validate(grammar.model_dump(exclude={"model"})),
+                model=grammar.model,
+            )
         return SessionIn.model_validate(data)
     except ValidationError as error:
         raise RequestValidationError(error.errors()) from None
@@ -82,16 +86,17 @@ def _schema(source: str) -> Any:
 
 
 async def export_request(
-    state: AppState, engine: Engine, body: SessionIn, *, prompt_text: str | None = None
+    state: AppState, body: SessionIn, *, prompt_text: str | None = None
 ) -> ExportRequest:
     """What the snippets reproduce: the grammar as compiled, options, prompt, sampling.
 
     Args:
         state: the app (its sandbox derives a Pydantic source's schema).
-        engine: renders the chat template when ``prompt_text`` is not given.
-        body: the session request (a grammar request has no messages).
+        body: the session request (a grammar request has no messages); its ``model`` renders
+            the chat template when ``prompt_text`` is not given, and names the served model.
         prompt_text: the prompt a live session rendered.
     """
+    engine = state.engine_for(body.model)
     resolved = await actions.resolve(state, body.grammar)
     spec = resolved.spec
     messages = body.chat_messages(spec) if body.raw_prompt is None else []
@@ -107,7 +112,7 @@ async def export_request(
         schema=schema,
         options=spec.options,
         preset=body.grammar.options.preset,
-        model=served_model(state.settings),
+        model=engine.model.identity.served_name or served_model(state.settings),
         messages=tuple(Message(m.role, m.content) for m in messages),
         raw_prompt=body.raw_prompt,
         prompt_text=prompt_text,
@@ -126,9 +131,9 @@ def _vllm_fallback(schema: Any) -> str | None:
     return "; ".join(f"{r.message} at {r.pointer or '/'}" for r in reasons)
 
 
-async def _from_session(state: AppState, engine: Engine, handle: SessionHandle) -> ExportRequest:
+async def _from_session(state: AppState, handle: SessionHandle) -> ExportRequest:
     body = SessionIn.model_validate(handle.request)
-    return await export_request(state, engine, body, prompt_text=handle.session.prompt.text)
+    return await export_request(state, body, prompt_text=handle.session.prompt.text)
 
 
 class ExportOut(BaseModel):
@@ -150,11 +155,10 @@ async def export_post(
     target: TargetQuery,
     data: Annotated[dict[str, Any], Body()],
     state: StateDep,
-    engine: EngineDep,
 ) -> dict[str, Any]:
     """The snippet for ``target`` from a session request or a grammar request (in the body: a
     256 KiB source does not fit in a URL)."""
-    req = await export_request(state, engine, _session_body(data))
+    req = await export_request(state, _session_body(data))
     return export(req, target).to_dict()
 
 
@@ -163,10 +167,9 @@ async def export_get(
     target: TargetQuery,
     session: Annotated[str, Query(max_length=64, description="an open session's id")],
     state: StateDep,
-    engine: EngineDep,
 ) -> dict[str, Any]:
     """The snippet for ``target`` that reproduces an open session."""
-    req = await _from_session(state, engine, state.sessions.get(session))
+    req = await _from_session(state, state.sessions.get(session))
     return export(req, target).to_dict()
 
 
@@ -175,19 +178,19 @@ def _dialog_error(state: AppState, error: dict[str, Any]) -> HTMLResponse:
 
 
 @router.post("/ui/export", response_class=HTMLResponse, include_in_schema=False)
-async def export_dialog(request: Request, state: StateDep, engine: EngineDep) -> HTMLResponse:
+async def export_dialog(request: Request, state: StateDep) -> HTMLResponse:
     """Every target's snippet for the Code dialog: the open session's, else the form's."""
     form = await request.form()
     req = None
     session_id = str(form.get("session") or "")
     if session_id:
         try:
-            req = await _from_session(state, engine, state.sessions.get(session_id))
+            req = await _from_session(state, state.sessions.get(session_id))
         except (SessionGone, SessionNotFound):
             req = None  # it ended: the form holds the same settings
     try:
         if req is None:
-            req = await export_request(state, engine, form_session_request(form))
+            req = await export_request(state, form_session_request(form))
     except (GrammarError, InvalidInput) as error:  # shown in the dialog, which hides the toast
         return _dialog_error(state, error.to_dict())
     except RequestValidationError as error:

@@ -20,15 +20,18 @@ from app.engine import (
 )
 from app.exceptions import InvalidInput, TooLarge
 from app.schematests import MAX_TESTS, MAX_TEXT_BYTES, Expect, SchemaTest
-from app.settings import Settings
+from app.settings import LOCAL_MODEL_ID, Settings
 
 __all__ = [
     "ActionIn",
+    "CompileIn",
     "CountIn",
     "DoctorIn",
     "ForceIn",
     "GrammarIn",
     "MessageIn",
+    "ModelId",
+    "OpenPermalinkIn",
     "OptionsIn",
     "PermalinkIn",
     "ReplayIn",
@@ -98,6 +101,17 @@ class OptionsIn(_Strict):
         return {"preset": self.preset, **effective, "root_model": self.root_model}
 
 
+#: The model a request runs on, or whose tokenizer its masks are computed with.
+ModelId = Annotated[
+    str,
+    Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        description="`local`, or a remote engine's id (GET /api/models): the tokenizer the "
+        "masks are computed with, and for a session the model that runs",
+    ),
+]
+
+
 class GrammarIn(_Strict):
     """A grammar request: what to compile and how."""
 
@@ -122,6 +136,12 @@ class GrammarIn(_Strict):
             assert json_schema is not None
             return GrammarSpec(GrammarKind.JSON_SCHEMA, json_schema, options, library)
         return GrammarSpec(GrammarKind(self.kind), self.source, options, library)
+
+
+class CompileIn(GrammarIn):
+    """``POST /api/compile``: a grammar request, compiled for one model's tokenizer."""
+
+    model: ModelId = LOCAL_MODEL_ID
 
 
 class MessageIn(_Strict):
@@ -153,6 +173,7 @@ class SessionIn(_Strict):
     sampling: SamplingIn = Field(default_factory=SamplingIn)
     max_tokens: int = Field(default=256, ge=1, le=4096)
     top_k: int = Field(default=10, ge=1, le=100)
+    model: ModelId = LOCAL_MODEL_ID
     compare: Compare = None
 
     def prompt_bytes(self) -> int:
@@ -255,6 +276,12 @@ class PermalinkIn(SessionIn):
     )
 
 
+class OpenPermalinkIn(_Strict):
+    """Open a permalink on another model than the one it was made on."""
+
+    model: ModelId | None = None
+
+
 class CountIn(_Strict):
     """How many steps to take or undo."""
 
@@ -274,6 +301,7 @@ class ReplayIn(_Strict):
     """A text or token ids to walk through the grammar, no model involved."""
 
     grammar: GrammarIn
+    model: ModelId = LOCAL_MODEL_ID
     text: Text | None = Field(default=None, max_length=MAX_SOURCE_CHARS)
     token_ids: list[Annotated[int, Field(ge=0, le=2**31 - 1)]] | None = Field(
         default=None, max_length=8192
@@ -296,6 +324,7 @@ class DoctorIn(_Strict):
     """A grammar to examine, with the search's seed and time budget."""
 
     grammar: GrammarIn
+    model: ModelId = LOCAL_MODEL_ID
     seed: int = Field(
         default=0, ge=0, le=2**63 - 1, description="the same seed gives the same witnesses"
     )
@@ -314,4 +343,5 @@ class SchemaTestsIn(_Strict):
     """Schema unit tests to run on a grammar."""
 
     grammar: GrammarIn
+    model: ModelId = LOCAL_MODEL_ID
     tests: SchemaTests

@@ -11,16 +11,18 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 from starlette.datastructures import FormData
 
-from app.engine import PRESETS, Engine, MaskingLibrary, StepRecord, presets
+from app.engine import PRESETS, MaskingLibrary, StepRecord, presets
 from app.engine.mask_summary import summarize_mask
 from app.examples import Example, load_examples
-from app.exceptions import GrammarError, InvalidInput, PermalinkNotFound
+from app.exceptions import GrammarError, InvalidInput, NotReady, PermalinkNotFound
+from app.settings import LOCAL_MODEL_ID
 from app.web import actions, doctor, sharing
-from app.web.deps import EngineDep, HandleDep, StateDep
+from app.web.deps import HandleDep, StateDep
 from app.web.errors import not_found_page
 from app.web.models import (
+    CompileIn,
     DoctorIn,
-    GrammarIn,
+    OpenPermalinkIn,
     ReplayIn,
     SchemaTestsIn,
     SessionIn,
@@ -82,6 +84,11 @@ def _grammar(form: FormData) -> dict[str, Any]:
             "options": options, "engine": form.get("engine") or "xgrammar"}  # fmt: skip
 
 
+def _model(form: FormData) -> str:
+    """The model picker's choice: ``local`` or a remote engine's id."""
+    return str(form.get("model") or LOCAL_MODEL_ID)
+
+
 def _compare(form: FormData) -> str | None:
     """Compare mode: the other engine when the form's toggle is on."""
     if form.get("compare") != "on":
@@ -101,6 +108,7 @@ def form_session_request(form: FormData) -> SessionIn:
         "max_tokens": _number(form, "max_tokens") or 256,
         "schema_in_prompt": form.get("schema_in_prompt") == "on",
         "compare": _compare(form),
+        "model": _model(form),
     }
     if form.get("prompt_mode") == "raw":
         body["raw_prompt"] = form.get("raw_prompt") or ""
@@ -133,6 +141,7 @@ def _prefill_from_request(request: dict[str, Any]) -> dict[str, Any]:
         "max_tokens": request.get("max_tokens", 256),
         "engine": grammar.get("engine", "xgrammar"),
         "compare": request.get("compare") is not None,
+        "model": request.get("model", LOCAL_MODEL_ID),
     }
 
 
@@ -151,22 +160,46 @@ def _prefill_from_example(example: Example | None) -> dict[str, Any]:
     }
 
 
+def _identity(state: AppState, model_id: str) -> dict[str, str] | None:
+    """The identity of the model ``model_id`` names, or None while it is not ready here."""
+    try:
+        return state.engine_for(model_id).model.identity.to_dict()
+    except (InvalidInput, NotReady):
+        return None
+
+
+def _footer(handle: SessionHandle) -> tuple[str, dict[str, Any]]:
+    """The footer, out of band: the model the session runs on."""
+    context = {"identity": handle.session.model.identity.to_dict(),
+               "model_id": handle.request["model"], "oob": True}  # fmt: skip
+    return "partials/_footer.html", context
+
+
 def _page(request: Request, state: AppState, prefill: dict[str, Any], **extra: Any) -> HTMLResponse:
     examples = load_examples()
-    identity = state.engine.model.identity.to_dict() if state.engine else None
+    models = state.models()
+    wanted = prefill.get("model", LOCAL_MODEL_ID)
+    # A permalink's model not configured here: the picker falls back to the local model, and
+    # the banner offers to open the permalink on the model picked.
+    missing = None if any(m["id"] == wanted for m in models) else wanted
+    model_id = LOCAL_MODEL_ID if missing else wanted
     options = {**PRESETS["maskscope"].to_dict(), "preset": "maskscope", **prefill["options"]}
+    filled = {"engine": "xgrammar", "compare": False, **prefill, "options": options}
     context = {
         "examples": examples,
-        "prefill": {"engine": "xgrammar", "compare": False, **prefill, "options": options},
+        "prefill": {**filled, "model": model_id},
+        "models": models,
         "llguidance_presets": {
             name: o.to_dict() for name, o in presets(MaskingLibrary.LLGUIDANCE).items()
         },
-        "identity": identity,
+        "identity": _identity(state, model_id),
+        "model_id": model_id,
         "presets": {name: o.to_dict() for name, o in PRESETS.items()},
         "caps": {"max_tokens": state.settings.max_tokens_cap},
         "example_id": None,
         "permalink": None,
         "differences": [],
+        "model_missing": missing,
         "shared_tests": [],
         **extra,
     }
@@ -189,41 +222,44 @@ async def permalink_page(request: Request, state: StateDep, snapshot_id: str) ->
         return not_found_page(
             request, "This permalink does not exist: check the link, or ask for a new one."
         )
-    engine = state.engine  # while the model loads, the page shows; opening the session is 503
     return _page(
         request,
         state,
         _prefill_from_request(snapshot["request"]),
         permalink=snapshot_id,
         trace_steps=sum(a.get("n", 1) for a in snapshot["actions"]),
-        differences=sharing.differences(snapshot, engine.model.identity) if engine else [],
+        # While the model loads, the page shows; opening the session is 503.
+        differences=sharing.differences(state, snapshot),
         shared_tests=snapshot.get("tests") or [],
     )
 
 
 @router.post("/ui/permalinks/{snapshot_id}/open", response_class=HTMLResponse)
 async def open_permalink_fragment(
-    request: Request, state: StateDep, engine: EngineDep, snapshot_id: str
+    request: Request, state: StateDep, snapshot_id: str
 ) -> HTMLResponse:
-    """The shared session reopened: every chip, the last step inspected, the status."""
+    """The shared session reopened: every chip, the last step inspected, the status, the
+    footer. The form's ``model`` opens it on that model instead of its own."""
+    choice: OpenPermalinkIn = _validated(
+        OpenPermalinkIn, {"model": (await request.form()).get("model") or None}
+    )
     snapshot, _ = await sharing.load(state, snapshot_id)
-    handle = await sharing.open_snapshot(state, engine, snapshot)
+    handle = await sharing.open_snapshot(state, snapshot, model=choice.model)
     answer = await actions.step_response(state, handle, [])
     steps = handle.session.steps
     parts = [
         ("partials/_session.html", {"handle": handle, "state": answer, "steps": steps}),
         ("partials/_prompt.html", {"prompt": handle.session.prompt, "oob": True}),
+        _footer(handle),
     ]
     if steps:
-        context = _inspector_context(engine, steps[-1], handle.id, oob=True)
+        context = _inspector_context(handle, steps[-1], oob=True)
         parts.append(("partials/_inspector.html", context))
     return _fragments(state, *parts)
 
 
 @router.post("/ui/sessions/{session_id}/share", response_class=HTMLResponse)
-async def share_fragment(
-    request: Request, state: StateDep, engine: EngineDep, handle: HandleDep
-) -> HTMLResponse:
+async def share_fragment(request: Request, state: StateDep, handle: HandleDep) -> HTMLResponse:
     """Store the session as a permalink, with the Tests panel's tests (the form's ``tests``,
     a JSON list) and their verdicts; the link, ready to copy."""
     listed, _ = listed_tests(str((await request.form()).get("tests") or ""))
@@ -231,6 +267,7 @@ async def share_fragment(
         SchemaTestsIn, {"grammar": handle.request["grammar"], "tests": listed}
     )
     check_test_sizes(body.tests)
+    engine = state.engine_for(handle.request["model"])
     tests = await sharing.recorded_tests(state, engine, body.grammar, body.tests)
 
     def store() -> tuple[str, bool]:
@@ -243,9 +280,12 @@ async def share_fragment(
 
 
 @router.post("/ui/compile", response_class=HTMLResponse)
-async def compile_fragment(request: Request, state: StateDep, engine: EngineDep) -> HTMLResponse:
-    """The compile panel for the form's grammar; errors render in the panel, with a 200."""
-    grammar: GrammarIn = _validated(GrammarIn, _grammar(await request.form()))
+async def compile_fragment(request: Request, state: StateDep) -> HTMLResponse:
+    """The compile panel for the form's grammar, with the picked model's tokenizer; errors
+    render in the panel, with a 200."""
+    form = await request.form()
+    grammar: CompileIn = _validated(CompileIn, {**_grammar(form), "model": _model(form)})
+    engine = state.engine_for(grammar.model)
     context: dict[str, Any] = {"options": grammar.options.echo()}
     try:
         result, resolved = await actions.compile_grammar(state, engine, grammar)
@@ -257,11 +297,12 @@ async def compile_fragment(request: Request, state: StateDep, engine: EngineDep)
 
 
 @router.post("/ui/doctor", response_class=HTMLResponse)
-async def doctor_fragment(request: Request, state: StateDep, engine: EngineDep) -> Response:
-    """The Doctor tab for the form's grammar; errors render in the tab, with a 200."""
+async def doctor_fragment(request: Request, state: StateDep) -> Response:
+    """The Doctor tab for the form's grammar and model; errors render in the tab, with a 200."""
     form = await request.form()
-    body: DoctorIn = _validated(DoctorIn, {"grammar": _grammar(form),
+    body: DoctorIn = _validated(DoctorIn, {"grammar": _grammar(form), "model": _model(form),
                                            "max_tokens": _number(form, "max_tokens")})  # fmt: skip
+    engine = state.engine_for(body.model)
     if await request.is_disconnected():  # a newer compile replaced this request
         return Response(status_code=204)
     context: dict[str, Any] = {"max_tokens": body.max_tokens}
@@ -277,11 +318,13 @@ async def doctor_fragment(request: Request, state: StateDep, engine: EngineDep) 
 
 
 def _inspector_context(
-    engine: Engine | None, step: StepRecord, session_id: str, *, oob: bool = False
+    handle: SessionHandle, step: StepRecord, *, oob: bool = False
 ) -> dict[str, Any]:
-    """The inspector's context for a step: the record and its mask in words."""
-    summary = summarize_mask(step.bitmask, engine.model.tokens) if engine else None
-    return {"step": step, "session_id": session_id, "summary": summary, "oob": oob}
+    """The inspector's context for a step of ``handle``: the record and its mask in words (with
+    the session's own tokenizer)."""
+    summary = summarize_mask(step.bitmask, handle.session.model.tokens)
+    return {"step": step, "session_id": handle.id, "summary": summary, "oob": oob,
+            "model_id": handle.request["model"]}  # fmt: skip
 
 
 async def _step_parts(
@@ -293,7 +336,7 @@ async def _step_parts(
     ]
     steps = handle.session.steps
     if steps:
-        context = _inspector_context(state.engine, steps[-1], handle.id, oob=True)
+        context = _inspector_context(handle, steps[-1], oob=True)
         parts.append(("partials/_inspector.html", context))
     answer = await actions.step_response(state, handle, [])
     parts.append(("partials/_status.html", {"state": answer, "handle": handle, "oob": True}))
@@ -301,14 +344,16 @@ async def _step_parts(
 
 
 @router.post("/ui/sessions", response_class=HTMLResponse)
-async def new_session(request: Request, state: StateDep, engine: EngineDep) -> HTMLResponse:
-    """Open a session from the form: its output area, and the rendered prompt out of band."""
+async def new_session(request: Request, state: StateDep) -> HTMLResponse:
+    """Open a session from the form, on the picked model: its output area, and the rendered
+    prompt and the footer out of band."""
     form = await request.form()
-    handle = await actions.create_session(state, engine, form_session_request(form))
+    handle = await actions.create_session(state, form_session_request(form))
     answer = await actions.step_response(state, handle, [])
     parts = [
         ("partials/_session.html", {"handle": handle, "state": answer}),
         ("partials/_prompt.html", {"prompt": handle.session.prompt, "oob": True}),
+        _footer(handle),
     ]
     return _fragments(state, *parts)
 
@@ -383,7 +428,7 @@ async def inspector_fragment(
     steps = handle.session.steps
     if index >= len(steps):
         raise InvalidInput(f"step {index} does not exist (the session has {len(steps)} steps)")
-    context = _inspector_context(state.engine, steps[index], handle.id)
+    context = _inspector_context(handle, steps[index])
     return _render(state, request, "partials/_inspector.html", context)
 
 
@@ -391,15 +436,22 @@ async def _replay_form(request: Request) -> ReplayIn:
     form = await request.form()
     body: ReplayIn = _validated(
         ReplayIn,
-        {"grammar": _grammar(form), "text": form.get("text") or "", "compare": _compare(form)},
+        {
+            "grammar": _grammar(form),
+            "model": _model(form),
+            "text": form.get("text") or "",
+            "compare": _compare(form),
+        },
     )
     return body
 
 
 @router.post("/ui/replay", response_class=HTMLResponse)
-async def replay_fragment(request: Request, state: StateDep, engine: EngineDep) -> HTMLResponse:
-    """Replay the text against the form's grammar (no bitmasks: a click fetches one)."""
+async def replay_fragment(request: Request, state: StateDep) -> HTMLResponse:
+    """Replay the text against the form's grammar, with the picked model's tokenizer (no
+    bitmasks: a click fetches one)."""
     body = await _replay_form(request)
+    engine = state.engine_for(body.model)
     result = await actions.replay(state, engine, body)
     cause, accepted_by = await replay_cause(state, engine, body, result)
     context = {"result": result, "text": body.text, "cause": cause, "accepted_by": accepted_by}
@@ -408,12 +460,14 @@ async def replay_fragment(request: Request, state: StateDep, engine: EngineDep) 
 
 @router.post("/ui/replay/{index}", response_class=HTMLResponse)
 async def replay_inspector(
-    request: Request, state: StateDep, engine: EngineDep, index: Annotated[int, Path(ge=0)]
+    request: Request, state: StateDep, index: Annotated[int, Path(ge=0)]
 ) -> HTMLResponse:
     """The inspector for one replayed token, with its bitmask: the walk goes up to it only."""
     body = await _replay_form(request)
+    engine = state.engine_for(body.model)
     token = await actions.replay_token(state, engine, body.grammar, body.text or "", index)
     context = {"token": token, "index": index, "vocab_size": engine.model.tokens.vocab_size,
+               "model_id": body.model,
                "summary": summarize_mask(token.bitmask, engine.model.tokens) if token.bitmask
                else None}  # fmt: skip
     return _render(state, request, "partials/_inspector.html", context)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.doctor.source_lines import json_lines, pydantic_lines
-from app.engine import PRESETS, CompileOptions, Engine, Rejection, ReplayResult
+from app.engine import PRESETS, AnyEngine, CompileOptions, Rejection, ReplayResult
 from app.web import actions
 from app.web.models import GrammarIn, OptionsIn, ReplayIn
 from app.web.state import AppState
@@ -188,7 +188,7 @@ def _bound(
 
 
 async def replay_cause(
-    state: AppState, engine: Engine, body: ReplayIn, result: ReplayResult
+    state: AppState, engine: AnyEngine, body: ReplayIn, result: ReplayResult
 ) -> tuple[ReplayCause | None, list[str]]:
     """The cause of a replay's refusal, and for whitespace, the presets whose options take the
     text past that point (found by replaying it under each)."""

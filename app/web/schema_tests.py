@@ -8,10 +8,10 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from app.engine import Engine
+from app.engine import AnyEngine
 from app.schematests import SchemaTestResult, run_tests
 from app.web import actions
-from app.web.deps import EngineDep, StateDep
+from app.web.deps import StateDep
 from app.web.models import GrammarIn, SchemaTestIn, SchemaTestsIn, check_test_sizes
 from app.web.state import AppState
 
@@ -21,7 +21,7 @@ router = APIRouter()
 
 
 async def run(
-    state: AppState, engine: Engine, grammar: GrammarIn, tests: Sequence[SchemaTestIn]
+    state: AppState, engine: AnyEngine, grammar: GrammarIn, tests: Sequence[SchemaTestIn]
 ) -> list[SchemaTestResult]:
     """Compile the grammar and judge every test off the event loop (a Pydantic source's
     verdicts come from one sandbox process for the whole batch)."""
@@ -40,11 +40,11 @@ async def run(
     tags=["grammar"],
     responses={413: {"description": "a test's text is above 64 KiB, or longer than a replay"}},
 )
-async def schema_tests(body: SchemaTestsIn, state: StateDep, engine: EngineDep) -> dict[str, Any]:
+async def schema_tests(body: SchemaTestsIn, state: StateDep) -> dict[str, Any]:
     """Run schema unit tests: each text is judged by the grammar (a replay; a JSON document also
     in the form the grammar writes it, ``normalized``, on which the test is judged) and by the
     schema (jsonschema, or the Pydantic model; null for EBNF and regex). A test passes when the
     grammar's verdict is the one expected; ``disagree`` flags grammar and schema differing."""
     check_test_sizes(body.tests)
-    results = await run(state, engine, body.grammar, body.tests)
+    results = await run(state, state.engine_for(body.model), body.grammar, body.tests)
     return {"results": [r.to_dict() for r in results]}

@@ -7,9 +7,16 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from app.engine import Engine, ModelIdentity, Session
+from app.engine import AnyEngine, ModelIdentity, Session
 from app.engine.llguidance import VERSION as LLGUIDANCE_VERSION
-from app.exceptions import InvalidInput, PermalinkNotFound, TokenRefused
+from app.exceptions import (
+    InvalidInput,
+    ModelNotConfigured,
+    NotReady,
+    PermalinkNotFound,
+    TokenRefused,
+)
+from app.settings import LOCAL_MODEL_ID
 from app.store.permalinks import ID_PATTERN
 from app.store.snapshot_format import field_defaults, without_defaults
 from app.store.trace import canonical_actions, compress
@@ -35,7 +42,7 @@ _DEFAULTS = {**field_defaults(SessionIn, at="request"), "tests": []}
 
 
 async def recorded_tests(
-    state: AppState, engine: Engine, grammar: GrammarIn, tests: Sequence[SchemaTestIn]
+    state: AppState, engine: AnyEngine, grammar: GrammarIn, tests: Sequence[SchemaTestIn]
 ) -> list[dict[str, Any]]:
     """The tests as a snapshot keeps them: text, expectation, and the verdicts at share time
     (``passed``, the grammar's and the schema's)."""
@@ -46,7 +53,7 @@ async def recorded_tests(
 
 
 async def test_results(
-    state: AppState, engine: Engine, snapshot: dict[str, Any]
+    state: AppState, engine: AnyEngine, snapshot: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """The snapshot's tests judged again here; ``differs`` says a verdict is not the one
     recorded at share time."""
@@ -69,14 +76,10 @@ def _snapshot(
     identity: ModelIdentity,
     tests: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    grammar = dict(request["grammar"])
-    engine = grammar.pop("engine", "xgrammar")
+    grammar = request["grammar"]
+    engine = grammar.get("engine", "xgrammar")
     options = OptionsIn.model_validate(grammar.get("options") or {}).echo(engine)
-    # Fields at their default are left out, so ids made before they existed stay the same.
-    if engine != "xgrammar":
-        grammar["engine"] = engine
-    request = {k: v for k, v in request.items() if k != "compare" or v is not None}
-    request["grammar"] = {**grammar, "options": options}
+    request = {**request, "grammar": {**grammar, "options": options}}
     request["sampling"] = dict(request["sampling"])
     if request["sampling"]["temperature"] == 0:
         request["sampling"]["seed"] = None  # greedy: the seed plays no part
@@ -87,11 +90,14 @@ def _snapshot(
     }
     if "llguidance" in (engine, request.get("compare")):
         versions["llguidance"] = LLGUIDANCE_VERSION
+    # The local model: its id and weight hash; a remote engine: its id, served name, tokenizer
+    # hash and vLLM version.
+    model = {k: v for k, v in identity.to_dict().items() if k not in versions}
     content = {
         "version": _VERSION,
         "request": request,
         "actions": trace,
-        "model": {"model_id": identity.model_id, "weights_sha256": identity.weights_sha256},
+        "model": model,
         "versions": versions,
         "tests": tests,
     }
@@ -129,11 +135,43 @@ def snapshot_of_session(
     return _snapshot(handle.request, trace, session.model.identity, tests or [])
 
 
-def differences(snapshot: dict[str, Any], identity: ModelIdentity) -> list[str]:
-    """What differs between the model and libraries a snapshot was made with and these."""
-    now = {**identity.to_dict(), "llguidance": LLGUIDANCE_VERSION}
+def _model_id(snapshot: dict[str, Any]) -> str:
+    return str(snapshot["request"].get("model", LOCAL_MODEL_ID))
+
+
+def _configured(state: AppState, model_id: str) -> bool:
+    return model_id == LOCAL_MODEL_ID or model_id in state.remotes.slots
+
+
+def engine_of(state: AppState, snapshot: dict[str, Any]) -> AnyEngine | None:
+    """The engine a snapshot was made on, when it is configured and ready here, else None."""
+    model_id = _model_id(snapshot)
+    if not _configured(state, model_id):
+        return None
+    try:
+        return state.engine_for(model_id)
+    except NotReady:
+        return None
+
+
+def differences(state: AppState, snapshot: dict[str, Any]) -> list[str]:
+    """What differs between the model and libraries a snapshot was made with and the ones its
+    model has here (nothing while that model is not ready; the model itself when missing)."""
+    model_id = _model_id(snapshot)
+    if not _configured(state, model_id):
+        return [f"model: shared with {model_id!r}, which is not configured on this server"]
+    engine = engine_of(state, snapshot)
+    if engine is None:
+        return []
+    now = {**engine.model.identity.to_dict(), "llguidance": LLGUIDANCE_VERSION}
     recorded = {**snapshot["model"], **snapshot["versions"]}
-    labels = {"model_id": "model", "weights_sha256": "weights"}
+    labels = {
+        "model_id": "model",
+        "weights_sha256": "weights",
+        "served_name": "served model",
+        "tokenizer_sha256": "tokenizer",
+        "vllm": "vLLM",
+    }
     return [
         f"{labels.get(key, key)}: shared with {value}, this server has {now[key]}"
         for key, value in recorded.items()
@@ -165,10 +203,27 @@ def _replay_actions(session: Session, trace: list[dict[str, Any]]) -> None:
                 ) from None
 
 
-async def open_snapshot(state: AppState, engine: Engine, snapshot: dict[str, Any]) -> SessionHandle:
-    """A new session from a snapshot's request, with its trace replayed."""
+async def open_snapshot(
+    state: AppState, snapshot: dict[str, Any], *, model: str | None = None
+) -> SessionHandle:
+    """A new session from a snapshot's request, on its model (or on ``model``), with its trace
+    replayed.
+
+    Raises:
+        ModelNotConfigured: the snapshot's model is not configured on this server, and no
+            other model was named.
+    """
+    model_id = _model_id(snapshot)
+    if model is not None:
+        snapshot = {**snapshot, "request": {**snapshot["request"], "model": model}}
+    elif not _configured(state, model_id):
+        raise ModelNotConfigured(
+            f"this permalink was made on the model {model_id!r} "
+            f"({snapshot['model'].get('served_name', 'remote')}), which is not configured on "
+            'this server; open it on another model by naming one ("model")'
+        )
     body = SessionIn.model_validate(snapshot["request"])
-    handle = await actions.create_session(state, engine, body)
+    handle = await actions.create_session(state, body)
     async with handle.lock:
         await state.pools.steps.run(_replay_actions, handle.session, snapshot["actions"])
     return handle

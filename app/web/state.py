@@ -10,10 +10,11 @@ from typing import Any
 
 from fastapi.templating import Jinja2Templates
 
-from app.engine import Engine
-from app.exceptions import NotReady
+from app.engine import AnyEngine, Engine
+from app.engine.remote.engines import RemoteEngines
+from app.exceptions import InvalidInput, NotReady
 from app.sandbox.sandbox import Sandbox
-from app.settings import Settings
+from app.settings import LOCAL_MODEL_ID, Settings
 from app.store.permalinks import PermalinkStore
 from app.web import render
 from app.web.executors import Pools
@@ -49,6 +50,7 @@ class AppState:
         self.engine = engine
         self.owns_engine = engine is None
         self.load_error: Exception | None = None
+        self.remotes = RemoteEngines(settings)
         self.pools = Pools.create(settings)
         self.sessions = SessionStore(
             settings.max_sessions, settings.session_ttl_s, settings.max_kv_mb * 1024 * 1024
@@ -75,6 +77,8 @@ class AppState:
         except Exception as error:  # reported on /readyz and by every engine route
             log.exception("the model failed to load")
             self.load_error = error
+            return
+        self.remotes.start(self.engine)
 
     def require_engine(self) -> Engine:
         """The engine, at once: a request never holds a thread waiting for the model to load.
@@ -87,8 +91,59 @@ class AppState:
             raise NotReady(f"the model {reason}; try again when /readyz says ready")
         return self.engine
 
+    def engine_for(self, model_id: str) -> AnyEngine:
+        """The engine a request names: ``local``, or a remote engine's id.
+
+        Raises:
+            InvalidInput: no model has this id here.
+            NotReady: the model is loading, or the remote engine is not ready (with the reason).
+        """
+        if model_id == LOCAL_MODEL_ID:
+            return self.require_engine()
+        if model_id not in self.remotes.slots:
+            known = ", ".join(map(repr, [LOCAL_MODEL_ID, *self.remotes.slots]))
+            raise InvalidInput(
+                f"no model {model_id!r} here; the models are {known}", pointer="/model"
+            )
+        return self.remotes.get(model_id)
+
+    def models(self) -> list[dict[str, Any]]:
+        """``GET /api/models``: the local model and every remote engine, ready or not (why)."""
+        local = self.engine.model if self.engine is not None else None
+        reason = None
+        if local is None:
+            reason = f"failed to load: {self.load_error}" if self.load_error else "is loading"
+        listed: list[dict[str, Any]] = [
+            {
+                "id": LOCAL_MODEL_ID,
+                "kind": "local",
+                "model": local.identity.model_id if local else self.settings.model,
+                "tokenizer": local.identity.model_id if local else self.settings.model,
+                "vocab_size": local.tokens.vocab_size if local else None,
+                "url": None,
+                "ready": local is not None,
+                "reason": reason and f"the model {reason}",
+            }
+        ]
+        for slot in self.remotes.slots.values():
+            ready = slot.engine is not None
+            listed.append(
+                {
+                    "id": slot.spec.id,
+                    "kind": "remote",
+                    "model": slot.spec.model,
+                    "tokenizer": slot.spec.tokenizer,
+                    "vocab_size": slot.engine.model.tokens.vocab_size if slot.engine else None,
+                    "url": slot.spec.url,
+                    "ready": ready,
+                    "reason": None if ready else slot.reason,
+                }
+            )
+        return listed
+
     def close(self) -> None:
         """Stop what this app started."""
         self.pools.shutdown()
+        self.remotes.close()
         if self.owns_engine and self.engine is not None:
             self.engine.close()

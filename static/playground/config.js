@@ -39,7 +39,7 @@
 
   // An option edited by hand no longer is the preset's: the picker says "custom".
   function optionEdited(field) {
-    if (field.name === "preset" || field.name === "root_model") return;
+    if (["preset", "root_model", "model"].includes(field.name)) return;
     $("#preset").value = "custom";
   }
 
@@ -67,6 +67,32 @@
     $(".raw-fields").hidden = mode !== "raw";
   }
 
+  // The model picker: while a model is not ready, its option is disabled and says why; the list
+  // is asked again until every model is ready, and a model that becomes ready is enabled (the
+  // picked one recompiles with its tokenizer).
+  const MODELS_POLL_MS = 3000;
+  async function watchModels() {
+    const picker = $("#model");
+    if (!picker || $$("option", picker).every((o) => o.dataset.ready === "true")) return;
+    try {
+      const response = await fetch("/api/models");
+      if (response.ok) updateModels(picker, await response.json());
+    } catch (error) { /* the server is away: ask again */ }
+    setTimeout(watchModels, MODELS_POLL_MS);
+  }
+
+  function updateModels(picker, models) {
+    for (const m of models) {
+      const option = $$("option", picker).find((o) => o.value === m.id);
+      if (!option || option.dataset.ready === String(m.ready)) continue;
+      option.dataset.ready = String(m.ready);
+      option.disabled = !m.ready;
+      option.textContent = m.ready ? `${m.id} · ${m.model}` : `${m.id} · ${m.model} (not ready: ${m.reason})`;
+      option.title = `${m.kind} · ${m.model}${m.url ? ` at ${m.url}` : ""} · ${m.ready ? `ready (${m.vocab_size} tokens)` : `not ready: ${m.reason}`}`;
+      if (m.ready && option.selected) configChanged(true);
+    }
+  }
+
   function bindConfig() {
     const form = $("#config");
     form.addEventListener("input", (event) => {
@@ -89,6 +115,7 @@
       loadExample(event.target.value);
     });
     setPromptMode(($('input[name="prompt_mode"]:checked') || { value: "chat" }).value);
+    watchModels();
   }
 
   Object.assign(MS, { configChanged, markStale, loadExample, setPromptMode, bindConfig });

@@ -7,7 +7,7 @@ window.MS = (() => {
   const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
   const ui = {
     sessionId: null, dirty: true, running: false, selected: null, follow: true,
-    editor: null, kind: "json_schema", sources: {}, vocab: null, vocabLoading: null,
+    editor: null, kind: "json_schema", sources: {}, vocabs: {},
     inspectorBusy: false, inspectorWanted: null, compileDiagnostics: [], doctorDiagnostics: [],
     drawnInspector: null, discarded: null,
   };

@@ -44,11 +44,17 @@
     if (chip) chip.classList.add("selected");
   }
 
+  // Token texts of the tokenizer of the model the inspector shows (each model's fetched once).
   function loadVocab() {
-    if (!ui.vocabLoading) {
-      ui.vocabLoading = fetch("/api/vocab").then((r) => r.json()).then((v) => { ui.vocab = v.tokens; return ui.vocab; });
+    const inspector = $("#inspector");
+    const model = (inspector && inspector.dataset.model) || "local";
+    if (!ui.vocabs[model]) {
+      ui.vocabs[model] = fetch(`/api/vocab?model=${encodeURIComponent(model)}`)
+        .then((r) => (r.ok ? r.json() : Promise.reject(new Error(`no vocabulary for ${model}`))))
+        .then((v) => v.tokens)
+        .catch((error) => { delete ui.vocabs[model]; throw error; });
     }
-    return ui.vocabLoading;
+    return ui.vocabs[model];
   }
 
   function decodeBitmask(b64) {

@@ -32,8 +32,10 @@
     return adoptSession();
   }
 
-  async function openPermalink(id) {
-    await htmx.ajax("POST", `/ui/permalinks/${encodeURIComponent(id)}/open`, { target: "#session-area", swap: "innerHTML" });
+  // A permalink opens on its own model, or on `model` (the picker's) when asked.
+  async function openPermalink(id, model = null) {
+    const values = model ? { model } : {};
+    await htmx.ajax("POST", `/ui/permalinks/${encodeURIComponent(id)}/open`, { target: "#session-area", swap: "innerHTML", values });
     adoptSession();
     MS.refresh();
   }

@@ -5,14 +5,12 @@ from __future__ import annotations
 import itertools
 import json
 
-import pytest
 import xgrammar as xgr
 
 from app.engine.grammar import CompileOptions
 from app.export.options import (
     differences,
     layout,
-    reach_llguidance,
     reach_openai,
     reach_sglang,
     reach_vllm,
@@ -116,26 +114,6 @@ def test_sglang_takes_whitespace_options_as_server_flags() -> None:
         "indent",
         "separators",
     ]
-
-
-@pytest.mark.parametrize(
-    ("options", "missing"),
-    [
-        (CompileOptions(), ["strict_mode"]),
-        (CompileOptions(strict_mode=False, separators=(" ; ", "=")), []),
-        (CompileOptions(strict_mode=False, indent=4), ["indent"]),
-        (
-            CompileOptions(any_whitespace=True, strict_mode=False, max_whitespace_cnt=2),
-            ["max_whitespace_cnt"],
-        ),
-    ],
-)
-def test_llguidance_carries_whitespace_and_separators_not_strict_mode_or_indent(
-    options: CompileOptions, missing: list[str]
-) -> None:
-    wanted = layout(options)
-    names = [d.split("=")[0] for d in differences(wanted, reach_llguidance(wanted), "llg")]
-    assert names == missing
 
 
 def test_openai_sets_no_layout_and_its_strict_mode_is_strict_mode_true() -> None:

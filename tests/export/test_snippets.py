@@ -11,8 +11,9 @@ from typing import Any
 import llguidance
 import pytest
 
-from app.engine import ChatMessage, Engine
-from app.engine.grammar import CompileOptions, GrammarKind
+from app.engine import ChatMessage, Engine, GrammarSpec
+from app.engine.grammar import CompileOptions, GrammarKind, MaskingLibrary
+from app.engine.llguidance.options import strict_schema
 from app.export import TARGETS, ExportRequest, Message, PydanticSource, Sampling, export
 from tests.export.conftest import (
     PRICING,
@@ -216,6 +217,47 @@ def test_the_llguidance_snippet_accepts_what_maskscope_accepts(
         assert _llg_accepts(matcher, scope["lltokenizer"], text) == expected, text
 
 
+def _llguidance_spec(req: ExportRequest) -> GrammarSpec:
+    """The spec Maskscope's llguidance engine compiles for the request."""
+    return dataclasses.replace(spec_of(req), library=MaskingLibrary.LLGUIDANCE)
+
+
+@pytest.mark.parametrize("strict_mode", [True, False])
+def test_the_llguidance_snippet_refuses_an_extra_property_as_the_llguidance_engine_does(
+    engine: Engine, strict_mode: bool
+) -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    options = CompileOptions(strict_mode=strict_mode)
+    req = make_request(engine, source=json.dumps(schema), options=options)
+    scope = module_scope()
+    snippet = run_until(export(req, "llguidance").code, "matcher", scope)
+    ours = engine.compile(_llguidance_spec(req)).compiled.matcher()
+    for text, accepted in [('{"a": 1}', True), ('{"a": 1, "z": 2}', not strict_mode)]:
+        verdicts = (
+            _llg_accepts(snippet, scope["lltokenizer"], text),
+            _llg_accepts(ours, engine.llguidance.tokenizer(), text),
+        )
+        assert verdicts == (accepted, accepted), text
+
+
+@pytest.mark.parametrize(
+    ("options", "missing"),
+    [
+        (CompileOptions(), ()),
+        (CompileOptions(strict_mode=False, separators=(" ; ", "=")), ()),
+        (CompileOptions(indent=4), ("indent",)),
+        (CompileOptions(any_whitespace=True, indent=4), ()),
+        (CompileOptions(any_whitespace=True, max_whitespace_cnt=2), ("max_whitespace_cnt",)),
+    ],
+)
+def test_what_the_llguidance_snippet_cannot_express_is_what_the_engine_does_not_carry(
+    engine: Engine, options: CompileOptions, missing: tuple[str, ...]
+) -> None:
+    req = make_request(engine, options=options)
+    names = tuple(line.split("=")[0] for line in export(req, "llguidance").not_expressible)
+    assert names == engine.compile(_llguidance_spec(req)).not_carried == missing
+
+
 def test_llguidance_runs_ebnf_and_regex(engine: Engine) -> None:
     for req, good, bad in [
         (
@@ -234,9 +276,9 @@ def test_llguidance_runs_ebnf_and_regex(engine: Engine) -> None:
 
 def test_a_nasty_schema_and_prompt_round_trip_through_every_target(engine: Engine) -> None:
     req = make_request(engine, source=json.dumps(NASTY_SCHEMA), messages=NASTY_MESSAGES)
-    for target in ("xgrammar", "llguidance"):
+    for target, schema in [("xgrammar", NASTY_SCHEMA), ("llguidance", strict_schema(NASTY_SCHEMA))]:
         code = export(req, target).code
-        assert constant(code, "SCHEMA") == NASTY_SCHEMA
+        assert constant(code, "SCHEMA") == schema
         assert constant(code, "MESSAGES") == req.chat()
     for target in ("curl_vllm", "curl_sglang", "curl_openai"):
         _assert_carries(req, target.removeprefix("curl_"), curl_body(export(req, target).code))

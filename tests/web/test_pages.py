@@ -150,9 +150,37 @@ def test_the_inspector_flags_a_mask_accept_disagreement(
     assert "disagreed on 1 of the" in first
     assert (
         f'<code class="probe-token" data-token-id="{brace}">id {brace}</code>: the mask allows it, '
-        "<code>accept_token</code> refuses it"
+        "<code>accept_token</code> refuses it: an engine bug</li>"
     ) in first
     assert "1 DISAGREE" in first and ">depth before</dt><dd>0</dd>" in first
     second = client.post(f"/ui/sessions/{sid}/step", headers=HX).text
     assert 'data-agree="true"' in second and "disagree-flag" not in second
     assert "all agree" in second
+
+
+def test_the_inspector_flags_xgrammar_over_masking_as_not_expected(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(XGrammarMasking, "probe_token", lambda self, token_id: True)
+    sid = _session(client)
+    first = client.post(f"/ui/sessions/{sid}/step", headers=HX).text
+    wordings = re.findall(r'<li><code class="probe-token"[^>]*>id \d+</code>: (.*?)</li>', first)
+    over = (
+        "the mask blocks it, <code>accept_token</code> takes it: over-masking, where "
+        "xgrammar's mask is meant to be exact"
+    )
+    assert wordings and set(wordings) == {over}
+
+
+def test_the_inspector_says_llguidances_canonical_spelling_mask_is_expected(
+    client: TestClient,
+) -> None:
+    # At step 0 of the nested schema '{"' is forced: llguidance's mask leaves out "{" (107),
+    # which its consume_token still takes. Real llguidance, nothing patched.
+    sid = _session(client, engine="llguidance")
+    first = client.post(f"/ui/sessions/{sid}/step", headers=HX).text
+    assert '<div class="disagree-flag" role="alert">' in first
+    items = re.findall(r'<li><code class="probe-token"[^>]*>id (\d+)</code>: (.*?)</li>', first)
+    assert ("107", "the mask blocks it, <code>accept_token</code> takes it: llguidance's "
+            "canonical-spelling mask, expected") in items  # fmt: skip
+    assert all("engine bug" not in wording for _, wording in items)

@@ -5,7 +5,7 @@ The stepper calls only :class:`ForwardEngine`; the local torch model is the one 
 
 from __future__ import annotations
 
-from app.engine.forward.base import ForwardEngine, RawDistribution
+from app.engine.forward.base import ForwardEngine, RawDistribution, ServingModel
 from app.engine.forward.local import LocalForward
 
-__all__ = ["ForwardEngine", "LocalForward", "RawDistribution"]
+__all__ = ["ForwardEngine", "LocalForward", "RawDistribution", "ServingModel"]

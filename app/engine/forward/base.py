@@ -2,35 +2,46 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
+from app.engine.model import ModelIdentity
 from app.engine.sampling import SamplingParams
+from app.engine.tokens import Tokens
 
-__all__ = ["ForwardEngine", "RawDistribution"]
+__all__ = ["ForwardEngine", "RawDistribution", "ServingModel"]
 
 
 @dataclass(frozen=True, slots=True)
 class RawDistribution:
     """The next-token distribution for a prefix, before any mask and at temperature 1.
 
-    A local model gives the logits of the whole vocabulary. An engine that can only return its
-    top-K log-probabilities (a remote server) leaves ``logits`` None and fills ``top_logprobs``;
-    the figures derived from it are then bounds, and the step record names them in ``inexact``.
+    A local model gives the logits of the whole vocabulary. A remote server gives
+    log-probabilities: of the whole vocabulary when it allows it (``logits`` then holds them,
+    which softmax maps to the same probabilities), else of its top-K only (``logits`` is None and
+    ``top_logprobs`` holds them); the figures derived from a top-K are then bounds, and the step
+    record names them in ``inexact``.
 
     Attributes:
-        forward_ms: wall time of the forward pass (or request) that produced it.
-        logits: 1-D float logits over the vocabulary, on the engine's device; None when only
-            the top-K is known.
+        forward_ms: wall time of the forward pass (or requests) that produced it.
+        logits: 1-D float logits (or log-probabilities, see ``logits_known``) over the
+            vocabulary, on the engine's device; None when only the top-K is known.
         top_logprobs: (token id, log-probability) pairs, most probable first, when ``logits`` is
             None.
+        extra_logprobs: log-probabilities of tokens outside ``top_logprobs`` learnt since (the
+            token chosen or forced at this step).
+        logits_known: False when the engine returns log-probabilities, not logits (a remote
+            engine): records then leave ``top[].logit`` null and state their bounds.
     """
 
     forward_ms: float
     logits: torch.Tensor | None = None
     top_logprobs: tuple[tuple[int, float], ...] = ()
+    extra_logprobs: tuple[tuple[int, float], ...] = ()
+    logits_known: bool = True
 
     @property
     def exact(self) -> bool:
@@ -62,6 +73,11 @@ class ForwardEngine(Protocol):
         """
         ...
 
+    def with_token(self, raw: RawDistribution, token_id: int) -> RawDistribution:
+        """``raw`` with the raw log-probability of ``token_id`` known (the token chosen or
+        forced at this step): ``raw`` itself when it already holds it."""
+        ...
+
     def extend(self, token_id: int) -> None:
         """Grow the prefix by the chosen token."""
         ...
@@ -73,4 +89,22 @@ class ForwardEngine(Protocol):
     @property
     def memory_bytes(self) -> int:
         """Memory held for this prefix (the KV cache of a local model)."""
+        ...
+
+
+class ServingModel(Protocol):
+    """A model sessions run on: its tokenizer, its identity, and a forward engine per session."""
+
+    @property
+    def tokens(self) -> Tokens:
+        """The tokenizer the mask is computed with."""
+        ...
+
+    @property
+    def identity(self) -> ModelIdentity:
+        """What a trace made on it depends on."""
+        ...
+
+    def open_forward(self, prompt_ids: Sequence[int]) -> ForwardEngine:
+        """A forward engine for a new session's prompt."""
         ...

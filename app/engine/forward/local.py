@@ -59,6 +59,10 @@ class LocalForward:
         xgr.apply_token_bitmask_inplace(masked, bitmask.to(masked.device, non_blocking=True))
         return choose_token(masked[0], sampling, index)
 
+    def with_token(self, raw: RawDistribution, token_id: int) -> RawDistribution:
+        """See :meth:`ForwardEngine.with_token`: the logits hold every token."""
+        return raw
+
     def extend(self, token_id: int) -> None:
         """See :meth:`ForwardEngine.extend`."""
         self._generated.append(token_id)
