@@ -34,6 +34,11 @@ class RemoteEngineSpec(BaseModel):
         tokenizer: a Hugging Face id or a local directory: the served model's tokenizer, which
             the mask is computed with.
         api_key_env: the environment variable holding the server's API key, when it has one.
+        top_logprobs: ask for this many log-probabilities a step even when the server allows
+            the whole vocabulary (None: the whole vocabulary when allowed, else the server's
+            cap). Faster, but ``blocked_mass`` and some ranks become bounds: vLLM builds a
+            whole-vocabulary answer in Python (1.6 s a step on 2 CPU cores, against 0.4 s for
+            20).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -43,6 +48,7 @@ class RemoteEngineSpec(BaseModel):
     model: str = Field(min_length=1)
     tokenizer: str = Field(min_length=1)
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    top_logprobs: int | None = Field(default=None, ge=1)
 
     @field_validator("id")
     @classmethod

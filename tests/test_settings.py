@@ -14,10 +14,11 @@ ENTRY = {"id": "prod", "url": "http://10.0.0.5:8000/v1", "model": "llama", "toke
 
 
 def test_remote_engines_are_a_json_list(monkeypatch: pytest.MonkeyPatch) -> None:
-    entries = [ENTRY, {**ENTRY, "id": "b", "url": "https://h/p/v1", "api_key_env": "KEY"}]
-    monkeypatch.setenv("MASKSCOPE_REMOTE_ENGINES", json.dumps(entries))
+    other = {**ENTRY, "id": "b", "url": "https://h/p/v1", "api_key_env": "KEY", "top_logprobs": 20}
+    monkeypatch.setenv("MASKSCOPE_REMOTE_ENGINES", json.dumps([ENTRY, other]))
     engines = Settings().remote_engines
-    assert engines == [RemoteEngineSpec(**ENTRY), RemoteEngineSpec(**entries[1])]
+    assert engines == [RemoteEngineSpec.model_validate(e) for e in (ENTRY, other)]
+    assert engines[1].top_logprobs == 20 and engines[0].top_logprobs is None
     assert Settings(remote_engines=[]).remote_engines == []
 
 
@@ -31,6 +32,7 @@ def test_remote_engines_are_a_json_list(monkeypatch: pytest.MonkeyPatch) -> None
         ({"id": "a b"}, "String should match pattern"),
         ({"model": ""}, "at least 1 character"),
         ({"api_key_env": "not-a-name"}, "String should match pattern"),
+        ({"top_logprobs": 0}, "greater than or equal to 1"),
         ({"extra": 1}, "Extra inputs are not permitted"),
     ],
 )

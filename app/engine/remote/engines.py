@@ -82,8 +82,8 @@ class RemoteEngines:
                 slot.spec.id,
                 model.facts.version,
                 "whole vocabulary"
-                if model.facts.full_vocabulary
-                else f"top-{model.facts.logprobs_cap}",
+                if model.logprobs_per_step is None
+                else f"top-{model.logprobs_per_step}",
             )
             return
 

@@ -45,8 +45,16 @@ class RemoteModel:
             self.client,
             prompt_ids,
             vocab_size=self.tokens.vocab_size,
-            logprobs_cap=self.facts.logprobs_cap,
+            logprobs_cap=self.logprobs_per_step,
         )
+
+    @property
+    def logprobs_per_step(self) -> int | None:
+        """How many log-probabilities a step asks for; None: the whole vocabulary."""
+        cap, wanted = self.facts.logprobs_cap, self.spec.top_logprobs
+        if wanted is None:
+            return cap
+        return wanted if cap is None else min(wanted, cap)
 
     def close(self) -> None:
         """Close the client's connections."""

@@ -36,8 +36,10 @@ EXAMPLE_STEPS = 60
 
 
 @contextmanager
-def _remote(server: VllmServer | str, local: Engine) -> Iterator[Engine[RemoteModel]]:
-    model = connect(spec_for(server), timeout_s=120)
+def _remote(
+    server: VllmServer | str, local: Engine, **overrides: int
+) -> Iterator[Engine[RemoteModel]]:
+    model = connect(spec_for(server).model_copy(update=overrides), timeout_s=120)
     assert model.tokens.sha256 == local.model.tokens.sha256, "the same tokenizer: one compiler"
     try:
         yield Engine(model, local.compiler, local.settings)
@@ -104,6 +106,25 @@ def test_a_greedy_session_on_the_whole_vocabulary_is_the_local_one(
     for here, record in zip(local.steps, there.steps, strict=True):
         assert abs(record.blocked_mass - here.blocked_mass) < PROB_TOLERANCE
         assert record.rank == here.rank
+
+
+def test_an_engine_set_to_a_top_k_asks_for_it_and_states_its_bounds(
+    vllm_server: VllmServer, engine: Engine
+) -> None:
+    """``top_logprobs`` on a server that allows the whole vocabulary: a top-K all the same."""
+    local = _session(engine, max_tokens=20)
+    local.run(20)
+    with _remote(vllm_server, engine, top_logprobs=5) as top5:
+        assert top5.model.logprobs_per_step == 5
+        there = _session(top5, max_tokens=20)
+        there.run(20)
+    _compare(local.steps, there.steps)
+    assert all(len(r.top) <= 5 for r in there.steps)
+    assert any("blocked_mass" in (r.inexact or ()) for r in there.steps)
+    for here, record in zip(local.steps, there.steps, strict=True):
+        assert record.blocked_mass_max is not None
+        low, high = record.blocked_mass, record.blocked_mass_max
+        assert low - PROB_TOLERANCE <= here.blocked_mass <= high + PROB_TOLERANCE
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.id for e in EXAMPLES])
