@@ -7,6 +7,7 @@ import json
 import pytest
 
 from app.__main__ import main
+from app.engine import ChatMessage, Engine, GrammarKind, GrammarSpec
 from tests.engine.remote.conftest import spec_for
 from tests.test_cli import NESTED, PROMPT
 from tests.vllm_server import VllmServer
@@ -21,20 +22,18 @@ def _engines(monkeypatch: pytest.MonkeyPatch, vllm_server: VllmServer) -> None:
     monkeypatch.setenv("MASKSCOPE_COMPILE_WORKERS", "1")
 
 
-def _trace(capsys: pytest.CaptureFixture[str], model: str) -> list[dict[str, object]]:
-    status = main(["trace", "--schema", str(NESTED), "--prompt", PROMPT, "--steps", "10",
-                   "--json", "--model", model])  # fmt: skip
-    assert status == 1  # ten tokens do not finish the document
-    return [json.loads(line) for line in capsys.readouterr().out.splitlines()[:-1]]
-
-
 def test_trace_on_the_remote_engine_gives_the_local_tokens(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], engine: Engine
 ) -> None:
-    remote = _trace(capsys, "vllm")
-    local = _trace(capsys, "local")
-    assert [s["token_id"] for s in remote] == [s["token_id"] for s in local]
-    assert all(s["inexact"] == [] for s in remote) and "inexact" not in local[0]
+    status = main(["trace", "--schema", str(NESTED), "--prompt", PROMPT, "--steps", "6",
+                   "--json", "--model", "vllm"])  # fmt: skip
+    assert status == 1  # six tokens do not finish the document
+    remote = [json.loads(line) for line in capsys.readouterr().out.splitlines()[:-1]]
+    assert all(s["inexact"] == [] for s in remote)
+    # The local model on the same request, as `trace --model local` runs it.
+    spec = GrammarSpec(GrammarKind.JSON_SCHEMA, NESTED.read_text(encoding="utf-8"))
+    local = engine.new_session(spec, messages=[ChatMessage("user", PROMPT)], max_tokens=6)
+    assert [s["token_id"] for s in remote] == [r.token_id for r in local.run(6)]
 
 
 def test_replay_on_the_remote_engines_tokenizer(capsys: pytest.CaptureFixture[str]) -> None:

@@ -97,9 +97,9 @@ def test_a_remote_session_records_its_identity_and_gives_the_local_tokens(
     assert model["model_id"] == "vllm" and model["served_name"] == "smollm2-135m-instruct"
     assert model["vllm"] == "0.32.0" and re.fullmatch(r"[0-9a-f]{64}", model["tokenizer_sha256"])
     assert "weights_sha256" not in model
-    remote = client.post(f"/api/sessions/{opened.json()['id']}/step", json={"n": 12}).json()
+    remote = client.post(f"/api/sessions/{opened.json()['id']}/step", json={"n": 6}).json()
     local_id = client.post("/api/sessions", json=session_body()).json()["id"]
-    local = client.post(f"/api/sessions/{local_id}/step", json={"n": 12}).json()
+    local = client.post(f"/api/sessions/{local_id}/step", json={"n": 6}).json()
     assert [s["token_id"] for s in remote["steps"]] == [s["token_id"] for s in local["steps"]]
     for record in remote["steps"]:
         assert record["inexact"] == [] and record["blocked_mass_max"] == record["blocked_mass"]

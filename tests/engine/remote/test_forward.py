@@ -32,7 +32,7 @@ PROB_TOLERANCE = 1e-4
 EXAMPLES = load_examples()
 # The first steps of each example (the whole outputs would take minutes on 2 cores): they cover
 # keys, strings, numbers, enums and nesting.
-EXAMPLE_STEPS = 60
+EXAMPLE_STEPS = 30
 
 
 @contextmanager
@@ -98,9 +98,9 @@ def _compare(local: list[StepRecord], remote: list[StepRecord]) -> None:
 def test_a_greedy_session_on_the_whole_vocabulary_is_the_local_one(
     remote: Engine[RemoteModel], engine: Engine
 ) -> None:
-    local = _session(engine, max_tokens=30)
-    there = _session(remote, max_tokens=30)
-    _compare(local.run(30), there.run(30))
+    local = _session(engine, max_tokens=12)
+    there = _session(remote, max_tokens=12)
+    _compare(local.run(12), there.run(12))
     for record in there.steps:
         assert record.inexact == () and record.blocked_mass_max == record.blocked_mass
     for here, record in zip(local.steps, there.steps, strict=True):
@@ -112,12 +112,12 @@ def test_an_engine_set_to_a_top_k_asks_for_it_and_states_its_bounds(
     vllm_server: VllmServer, engine: Engine
 ) -> None:
     """``top_logprobs`` on a server that allows the whole vocabulary: a top-K all the same."""
-    local = _session(engine, max_tokens=20)
-    local.run(20)
+    local = _session(engine, max_tokens=12)
+    local.run(12)
     with _remote(vllm_server, engine, top_logprobs=5) as top5:
         assert top5.model.logprobs_per_step == 5
-        there = _session(top5, max_tokens=20)
-        there.run(20)
+        there = _session(top5, max_tokens=12)
+        there.run(12)
     _compare(local.steps, there.steps)
     assert all(len(r.top) <= 5 for r in there.steps)
     assert any("blocked_mass" in (r.inexact or ()) for r in there.steps)
@@ -179,19 +179,27 @@ def test_forcing_a_blocked_token_is_refused_and_changes_nothing(
     assert len(session.steps) == 2
 
 
-@pytest.mark.parametrize("server", ["remote", "capped"])
-def test_a_seeded_sampled_session_repeats_after_back_and_step(
-    server: str, request: pytest.FixtureRequest
+def test_a_seeded_sampled_session_repeats_after_back_and_step(remote: Engine[RemoteModel]) -> None:
+    _seeded_repeats(remote)
+
+
+def test_a_seeded_sampled_top_k_session_repeats_after_back_and_step(
+    capped: Engine[RemoteModel],
 ) -> None:
-    remote: Engine[RemoteModel] = request.getfixturevalue(server)
+    """The top-K path: the server draws among the allowed tokens with the step's own seed."""
+    _seeded_repeats(capped)
+
+
+def _seeded_repeats(remote: Engine[RemoteModel]) -> None:
+    """Back and step again repeat the draws; so does another session with the same seed."""
     sampling = SamplingParams(temperature=1.2, top_p=0.95, seed=7)
     session = _session(remote, sampling=sampling, max_tokens=30)
-    first = [r.token_id for r in session.run(12)]
-    session.back(6)
-    again = [r.token_id for r in session.run(6)]
-    assert again == first[6:]
+    first = [r.token_id for r in session.run(8)]
+    session.back(4)
+    again = [r.token_id for r in session.run(4)]
+    assert again == first[4:]
     other = _session(remote, sampling=sampling, max_tokens=30)
-    assert [r.token_id for r in other.run(12)] == first
+    assert [r.token_id for r in other.run(8)] == first
 
 
 def test_a_server_stopped_mid_run_fails_the_step_and_the_session_continues(
@@ -200,15 +208,15 @@ def test_a_server_stopped_mid_run_fails_the_step_and_the_session_continues(
     proxy = TcpProxy(vllm_server.port)
     with _remote(f"{proxy.root_url}/v1", engine) as through:
         session = _session(through, max_tokens=40)
-        session.run(5)
+        session.run(3)
         before = [r.without_timings() for r in session.steps]
         proxy.stop()
         with pytest.raises(EngineUnreachable, match="is unreachable"):
             session.step()
         assert [r.without_timings() for r in session.steps] == before and not session.done
         proxy.start()
-        session.run(5)
+        session.run(3)
         uninterrupted = _session(remote, max_tokens=40)
-        uninterrupted.run(10)
+        uninterrupted.run(6)
         assert [r.token_id for r in session.steps] == [r.token_id for r in uninterrupted.steps]
     proxy.stop()
