@@ -18,6 +18,7 @@ from app.engine import compile_worker
 from app.engine.grammar import CompileResult, GrammarKind, GrammarSpec
 from app.engine.keyword_probe import KeywordProbe, ProbeResult
 from app.exceptions import GrammarError, GrammarTooComplex, InvalidInput, MaskscopeError
+from app.settings import Settings
 
 __all__ = ["GrammarCompiler"]
 
@@ -119,6 +120,16 @@ class GrammarCompiler:
         self._closed = False
         for _ in range(workers):
             self._idle.put(_Worker(self._tokenizer_json))
+
+    @classmethod
+    def from_settings(cls, tokenizer_info: Any, settings: Settings) -> GrammarCompiler:
+        """A compiler for ``tokenizer_info`` with the settings' workers, time limit and cache."""
+        return cls(
+            tokenizer_info,
+            workers=settings.compile_workers,
+            timeout_s=settings.compile_timeout_s,
+            cache_bytes=settings.compile_cache_bytes,
+        )
 
     def compile(self, spec: GrammarSpec) -> CompileResult:
         """Compile ``spec``, or return the cached result (with ``cached=True``).

@@ -49,13 +49,7 @@ class Engine(Generic[M]):
     def load(settings: Settings) -> Engine[LoadedModel]:
         """Load the configured model and start the compile workers."""
         model = load_model(settings)
-        compiler = GrammarCompiler(
-            model.tokens.info,
-            workers=settings.compile_workers,
-            timeout_s=settings.compile_timeout_s,
-            cache_bytes=settings.compile_cache_bytes,
-        )
-        return Engine(model, compiler, settings)
+        return Engine(model, GrammarCompiler.from_settings(model.tokens.info, settings), settings)
 
     def compile(self, spec: GrammarSpec) -> CompileResult:
         """Compile (or fetch from the cache) a grammar for this model's tokenizer, with the

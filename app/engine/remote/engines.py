@@ -90,12 +90,7 @@ class RemoteEngines:
     def _compiler_for(self, model: RemoteModel, local: Engine[LoadedModel]) -> GrammarCompiler:
         if model.tokens.sha256 == local.model.tokens.sha256:
             return local.compiler
-        compiler = GrammarCompiler(
-            model.tokens.info,
-            workers=self.settings.compile_workers,
-            timeout_s=self.settings.compile_timeout_s,
-            cache_bytes=self.settings.compile_cache_bytes,
-        )
+        compiler = GrammarCompiler.from_settings(model.tokens.info, self.settings)
         with self._lock:
             self._own_compilers.append(compiler)
         return compiler
@@ -141,10 +136,4 @@ def open_remote(settings: Settings, engine_id: str) -> Engine[RemoteModel]:
             f"no remote engine {engine_id!r} in MASKSCOPE_REMOTE_ENGINES (configured: {known})"
         )
     model = connect(spec, timeout_s=settings.remote_timeout_s)
-    compiler = GrammarCompiler(
-        model.tokens.info,
-        workers=settings.compile_workers,
-        timeout_s=settings.compile_timeout_s,
-        cache_bytes=settings.compile_cache_bytes,
-    )
-    return Engine(model, compiler, settings)
+    return Engine(model, GrammarCompiler.from_settings(model.tokens.info, settings), settings)
