@@ -139,14 +139,10 @@ def _model_id(snapshot: dict[str, Any]) -> str:
     return str(snapshot["request"].get("model", LOCAL_MODEL_ID))
 
 
-def _configured(state: AppState, model_id: str) -> bool:
-    return model_id == LOCAL_MODEL_ID or model_id in state.remotes.slots
-
-
 def engine_of(state: AppState, snapshot: dict[str, Any]) -> AnyEngine | None:
     """The engine a snapshot was made on, when it is configured and ready here, else None."""
     model_id = _model_id(snapshot)
-    if not _configured(state, model_id):
+    if not state.is_configured(model_id):
         return None
     try:
         return state.engine_for(model_id)
@@ -158,7 +154,7 @@ def differences(state: AppState, snapshot: dict[str, Any]) -> list[str]:
     """What differs between the model and libraries a snapshot was made with and the ones its
     model has here (nothing while that model is not ready; the model itself when missing)."""
     model_id = _model_id(snapshot)
-    if not _configured(state, model_id):
+    if not state.is_configured(model_id):
         return [f"model: shared with {model_id!r}, which is not configured on this server"]
     engine = engine_of(state, snapshot)
     if engine is None:
@@ -216,7 +212,7 @@ async def open_snapshot(
     model_id = _model_id(snapshot)
     if model is not None:
         snapshot = {**snapshot, "request": {**snapshot["request"], "model": model}}
-    elif not _configured(state, model_id):
+    elif not state.is_configured(model_id):
         raise ModelNotConfigured(
             f"this permalink was made on the model {model_id!r} "
             f"({snapshot['model'].get('served_name', 'remote')}), which is not configured on "

@@ -87,9 +87,20 @@ class AppState:
             NotReady: it is still loading, or failed to load.
         """
         if self.engine is None:
-            reason = f"failed to load: {self.load_error}" if self.load_error else "is loading"
-            raise NotReady(f"the model {reason}; try again when /readyz says ready")
+            raise NotReady(f"{self._local_reason()}; try again when /readyz says ready")
         return self.engine
+
+    def _local_reason(self) -> str:
+        """Why the local model is not ready (while ``engine`` is None)."""
+        return (
+            f"the model failed to load: {self.load_error}"
+            if self.load_error
+            else ("the model is loading")
+        )
+
+    def is_configured(self, model_id: str) -> bool:
+        """Whether ``model_id`` names the local model or a remote engine of the settings."""
+        return model_id == LOCAL_MODEL_ID or model_id in self.remotes.slots
 
     def engine_for(self, model_id: str) -> AnyEngine:
         """The engine a request names: ``local``, or a remote engine's id.
@@ -100,7 +111,7 @@ class AppState:
         """
         if model_id == LOCAL_MODEL_ID:
             return self.require_engine()
-        if model_id not in self.remotes.slots:
+        if not self.is_configured(model_id):
             known = ", ".join(map(repr, [LOCAL_MODEL_ID, *self.remotes.slots]))
             raise InvalidInput(
                 f"no model {model_id!r} here; the models are {known}", pointer="/model"
@@ -110,9 +121,6 @@ class AppState:
     def models(self) -> list[dict[str, Any]]:
         """``GET /api/models``: the local model and every remote engine, ready or not (why)."""
         local = self.engine.model if self.engine is not None else None
-        reason = None
-        if local is None:
-            reason = f"failed to load: {self.load_error}" if self.load_error else "is loading"
         listed: list[dict[str, Any]] = [
             {
                 "id": LOCAL_MODEL_ID,
@@ -122,7 +130,7 @@ class AppState:
                 "vocab_size": local.tokens.vocab_size if local else None,
                 "url": None,
                 "ready": local is not None,
-                "reason": reason and f"the model {reason}",
+                "reason": None if local else self._local_reason(),
             }
         ]
         for slot in self.remotes.slots.values():
