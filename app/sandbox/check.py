@@ -4,6 +4,11 @@ A source may only import from a few modules and define classes with annotated fi
 defaults, ``Field(...)`` and a few other allowlisted calls, enum members, type aliases and
 ``model_config = ConfigDict(...)``. Anything else is refused with its line, column and construct.
 The source's size and nesting are checked before it is parsed (``scan``): parsing runs here.
+
+Names are resolved as Python and pydantic will (``scope``): in a class body, a name the body binds
+is refused wherever it would be looked up there, and a string annotation (every annotation, under
+``from __future__ import annotations``) is parsed and checked like code, refusing any name a class
+body binds, since pydantic evaluates it later in a model's namespace.
 """
 
 from __future__ import annotations
@@ -26,7 +31,14 @@ from app.sandbox.reach import (
     special_form,
 )
 from app.sandbox.scan import refuse as _refuse
-from app.sandbox.scan import scan
+from app.sandbox.scan import scan, scan_expression
+from app.sandbox.scope import (
+    PYDANTIC_BINDS,
+    Binding,
+    class_bindings,
+    future_annotations,
+    shadowing,
+)
 
 __all__ = ["ALLOWED_MODULES", "CheckedSource", "check_source"]
 
@@ -36,6 +48,7 @@ BUILTIN_TYPES = frozenset(
 MAX_DEPTH = 64
 MAX_STRING = 10_000
 MAX_INT = 10**15
+MAX_ANNOTATION = 2000  # characters of a string annotation written in the source
 
 Context = Literal["type", "value"]
 
@@ -62,6 +75,16 @@ class _Checker:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 self.defined.update(t.id for t in targets if isinstance(t, ast.Name))
         self.names: set[str] = set(BUILTIN_TYPES | self.defined)
+        self.future = future_annotations(tree)
+        # Any class body's bindings, for strings: pydantic evaluates them in a model's namespace.
+        self.class_bound: dict[str, Binding] = {}
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                for name, binding in class_bindings(node).items():
+                    self.class_bound.setdefault(name, binding)
+        self.scope: dict[str, Binding] = {}  # the bindings of the class body being checked
+        self.in_string: set[int] = set()  # ids of the nodes parsed from strings (or annotations,
+        self._parsed: list[ast.AST] = []  # under the future import), kept so that ids stay unique
 
     # ---- statements ----
     def module(self, tree: ast.Module) -> None:
@@ -77,7 +100,7 @@ class _Checker:
                 self.expr(node.value, "type")
             elif isinstance(node, ast.AnnAssign):
                 self._targets([node.target])
-                self.expr(node.annotation, "type")
+                self._annotation(node.annotation)
                 if node.value is not None:
                     self.expr(node.value, "type")
             elif not self._harmless(node):
@@ -99,6 +122,8 @@ class _Checker:
 
     def _import_from(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
+        if module == "__future__" and not node.level:  # checked by future_annotations
+            return
         self._allowed_module(node, module, f"importing from {module or '.'!r}", node.level)
         for alias in node.names:
             if alias.name == "*":
@@ -125,6 +150,9 @@ class _Checker:
         self._check_name(node, name)
         if name in self.defined:
             raise _refuse(node, f"the name {name!r} is both imported and defined in the source")
+        if name in self.imported and self.imported[name] is not value:
+            # a model completed later (a forward reference) would see the second binding
+            raise _refuse(node, f"the name {name!r} is imported twice, as different things")
         self.imported[name] = value
         self.names.add(name)
 
@@ -144,13 +172,17 @@ class _Checker:
             if keyword.arg is None or keyword.arg == "metaclass":
                 raise _refuse(keyword.value, "metaclasses and **kwargs in a class are not allowed")
             self.expr(keyword.value, "value")
-        for item in node.body:
-            self._class_item(item)
+        self.scope = class_bindings(node)  # the bases and keywords were looked up in the module
+        try:
+            for item in node.body:
+                self._class_item(item)
+        finally:
+            self.scope = {}
 
     def _class_item(self, node: ast.stmt) -> None:
         if isinstance(node, ast.AnnAssign):
             self._targets([node.target])
-            self.expr(node.annotation, "type")
+            self._annotation(node.annotation)
             if node.value is not None:
                 self.expr(node.value, "value")
         elif isinstance(node, ast.Assign):
@@ -162,10 +194,26 @@ class _Checker:
             raise self._statement(node)
 
     # ---- expressions ----
+    def _annotation(self, annotation: ast.expr) -> None:
+        """An annotation: code evaluated now, or, under the future import, the string Python
+        makes of it (the same tree, once parsed), evaluated later by pydantic."""
+        if self.future:
+            self.in_string.update(id(child) for child in ast.walk(annotation))
+        self.expr(annotation, "type")
+
     @staticmethod
     def _check_name(node: ast.AST, name: str) -> None:
         if name.startswith("_"):
             raise _refuse(node, f"names starting with an underscore ({name!r}) are not allowed")
+
+    def _shadowed(self, node: ast.AST, name: str) -> None:
+        """Refuse ``name`` where it is looked up in a class body (or in a model's namespace,
+        inside a string) that binds it."""
+        if id(node) in self.in_string and (name in self.class_bound or name in PYDANTIC_BINDS):
+            binding = self.class_bound.get(name)
+            raise _refuse(node, shadowing(name, binding, in_string=True))
+        if name in self.scope:
+            raise _refuse(node, shadowing(name, self.scope[name], in_string=False))
 
     def expr(self, root: ast.expr, context: Context) -> None:
         stack: list[tuple[ast.AST, Context, int]] = [(root, context, 0)]
@@ -180,6 +228,7 @@ class _Checker:
             return self._constant(node, ctx)
         if isinstance(node, ast.Name):
             self._check_name(node, node.id)
+            self._shadowed(node, node.id)
             if node.id not in self.names:
                 raise _refuse(node, f"the name {node.id!r} is not defined or not allowed here")
             self._not_a_module(node, node.id, self.imported.get(node.id))
@@ -233,6 +282,8 @@ class _Checker:
         chain = [node.id] if isinstance(node, ast.Name) else None
         if isinstance(node, ast.Attribute):
             chain = _chain(node)
+        if chain:
+            self._shadowed(node, chain[0])
         if not chain or chain[0] not in self.imported or any(p.startswith("_") for p in chain):
             return None
         try:
@@ -251,16 +302,36 @@ class _Checker:
         if isinstance(value, complex):
             raise _refuse(node, "complex numbers are not allowed")
         if ctx == "type" and isinstance(value, str):  # a forward reference: check what it names
-            try:
-                parsed = ast.parse(value.strip(), mode="eval")
-            except SyntaxError:
-                raise _refuse(
-                    node, f"the string annotation {value!r} is not an expression"
-                ) from None
-            for child in ast.walk(parsed):
-                ast.copy_location(child, node)
-            return [(parsed.body, "type")]
+            return [(self._forward_reference(node, value), "type")]
         return []
+
+    def _forward_reference(self, node: ast.Constant, value: str) -> ast.expr:
+        """The expression a string annotation holds, which typing compiles as it is (no strip)
+        and pydantic evaluates later: its nodes are marked as being in a string."""
+        shown = f"the string annotation {_shown(value)}"
+        if id(node) in self.in_string:
+            hint = "write the type inside without quotes"
+            if self.future:
+                hint = "with from __future__ import annotations every annotation is a string: " + (
+                    "write it without quotes"
+                )
+            raise _refuse(node, f"{shown} is inside another string annotation: {hint}")
+        if len(value) > MAX_ANNOTATION:
+            raise _refuse(node, f"{shown} is longer than {MAX_ANNOTATION} characters")
+        if not value.isprintable():
+            raise _refuse(node, f"{shown} holds a line break or control character")
+        scan_expression(value, node, shown)
+        try:
+            parsed = ast.parse(value, mode="eval")
+        except SyntaxError:
+            raise _refuse(node, f"{shown} is not an expression") from None
+        except (RecursionError, MemoryError, ValueError):  # the parser's own limits
+            raise _refuse(node, f"{shown} nests too deep to be checked") from None
+        for child in ast.walk(parsed):
+            ast.copy_location(child, node)
+            self.in_string.add(id(child))
+        self._parsed.append(parsed)
+        return parsed.body
 
     def _subscript(self, node: ast.Subscript, ctx: Context) -> list[tuple[ast.AST, Context]]:
         base = node.value
@@ -317,6 +388,10 @@ def _chain(node: ast.Attribute) -> list[str] | None:
         parts.append(current.attr)
         current = current.value
     return [current.id, *reversed(parts)] if isinstance(current, ast.Name) else None
+
+
+def _shown(value: str) -> str:
+    return repr(value) if len(value) <= 60 else f"{value[:60]!r}..."
 
 
 def _describe(node: ast.AST) -> str:

@@ -11,7 +11,15 @@ from dataclasses import dataclass
 
 from app.exceptions import SourceRefused
 
-__all__ = ["MAX_BRACKETS", "MAX_LINES", "MAX_SOURCE_BYTES", "Where", "refuse", "scan"]
+__all__ = [
+    "MAX_BRACKETS",
+    "MAX_LINES",
+    "MAX_SOURCE_BYTES",
+    "Where",
+    "refuse",
+    "scan",
+    "scan_expression",
+]
 
 MAX_SOURCE_BYTES = 64 * 1024
 MAX_LINES = 3000
@@ -34,27 +42,54 @@ def refuse(node: ast.AST | Where, what: str) -> SourceRefused:
     return SourceRefused(f"{where}{what}", line=line, column=None if column is None else column + 1)
 
 
-def _scan_tokens(source: str) -> None:
+def _problem(source: str) -> tuple[Where, str] | None:
+    """The first bracket nested too deep or look-alike name, by its place in ``source``.
+
+    Raises:
+        tokenize.TokenError, SyntaxError: ``source`` does not tokenize.
+    """
     depth = 0
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.OP and token.string in "([{":
+            depth += 1
+            if depth > MAX_BRACKETS:
+                return Where(token.start[0], token.start[1] + 1), (
+                    f"brackets nested deeper than {MAX_BRACKETS}"
+                )
+        elif token.type == tokenize.OP and token.string in ")]}":
+            depth -= 1
+        elif token.type == tokenize.NAME:
+            normal = unicodedata.normalize("NFKC", token.string)
+            if normal != token.string:
+                where = Where(token.start[0], token.start[1] + 1)
+                return where, f"the name {token.string!r} uses look-alike characters ({normal!r})"
+    return None
+
+
+def _scan_tokens(source: str) -> None:
     try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type == tokenize.OP and token.string in "([{":
-                depth += 1
-                if depth > MAX_BRACKETS:
-                    where = Where(*token.start[:1], token.start[1] + 1)
-                    raise refuse(where, f"brackets nested deeper than {MAX_BRACKETS}")
-            elif token.type == tokenize.OP and token.string in ")]}":
-                depth -= 1
-            elif token.type == tokenize.NAME:
-                normal = unicodedata.normalize("NFKC", token.string)
-                if normal != token.string:
-                    where = Where(token.start[0], token.start[1] + 1)
-                    raise refuse(
-                        where, f"the name {token.string!r} uses look-alike characters ({normal!r})"
-                    )
+        problem = _problem(source)
     except (tokenize.TokenError, SyntaxError) as error:
         line = error.args[1][0] if len(error.args) > 1 and error.args[1] else None
         raise SourceRefused(f"syntax error: {error.args[0]}", line=line) from None
+    if problem is not None:
+        raise refuse(*problem)
+
+
+def scan_expression(text: str, node: ast.AST, shown: str) -> None:
+    """Refuse the text of a string annotation (``shown`` in the message, at ``node``) whose
+    brackets nest too deep or whose names use look-alike characters, before it is parsed: the
+    scan of the source does not look inside strings.
+
+    Raises:
+        SourceRefused: at ``node``, saying what is wrong inside the string.
+    """
+    try:
+        problem = _problem(text)
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        raise refuse(node, f"{shown} is not an expression") from None
+    if problem is not None:
+        raise refuse(node, f"{shown}: {problem[1]}")
 
 
 def scan(source: str) -> None:

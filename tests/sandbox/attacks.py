@@ -20,8 +20,11 @@ __all__ = [
     "OPENS_TO_READ",
     "PRELOAD",
     "SECCOMP_ALONE_BLOCKS",
+    "SHADOWING",
     "X32_GETPID",
+    "BUILTIN_NAMED_FIELDS",
     "attack_source",
+    "with_future_annotations",
 ]
 
 #: Modules the attacks use, imported before the process contains itself (afterwards it can
@@ -286,3 +289,104 @@ def attack_source(targets: dict[str, Any], *, full_only: bool = False) -> str:
         f"TARGETS = {json.dumps(json.dumps(targets))}\n{_PRELUDE}\n{acts}\n{calls}"
         "raise RuntimeError(json.dumps(results))\n"
     )
+
+
+# ---- Names a class body shadows (issue #27, item 1): each payload passed the old static check ----
+
+_BOOM = "int if 0 else (1/0)"  # evaluated, it raises ZeroDivisionError: the proof that it ran
+_HEAD = (
+    "from typing import Any, ForwardRef, List, Literal, Optional\n"
+    "from pydantic import BaseModel, Field\n"
+)
+
+#: ``(id, source, the shadowed name, the line of the refused use)``. With the static check
+#: bypassed, each source makes pydantic evaluate ``_BOOM`` (the child answers ZeroDivisionError).
+SHADOWING = [
+    (
+        "literal-rebound-before",  # the reported payload
+        _HEAD + f"class M(BaseModel):\n    Literal: Any = List\n    a: Literal[{_BOOM!r}] = 1\n",
+        "Literal",
+        5,
+    ),
+    (
+        "literal-rebound-after-a-string",  # pydantic evaluates strings after the body ran
+        _HEAD + f'class M(BaseModel):\n    a: "Literal[{_BOOM!r}]" = 1\n    Literal: Any = List\n',
+        "Literal",
+        4,
+    ),
+    (
+        "str-rebound-to-a-string",
+        _HEAD + f"class M(BaseModel):\n    str: Any = {_BOOM!r}\n    a: str\n",
+        "str",
+        5,
+    ),
+    (
+        "field-rebound-to-forwardref",
+        _HEAD + f"class M(BaseModel):\n    Field: Any = ForwardRef\n    a: Field({_BOOM!r})\n",
+        "Field",
+        5,
+    ),
+    (
+        "module-alias-evaluated-in-the-model",  # a module-level string, resolved in M's namespace
+        _HEAD + f'X = Optional["Literal[{_BOOM!r}]"]\n'
+        "class M(BaseModel):\n    Literal: Any = List\n    a: X = None\n",
+        "Literal",
+        3,
+    ),
+    (
+        "module-alias-shadowed",
+        _HEAD + f"X = int\nclass M(BaseModel):\n    X: Any = {_BOOM!r}\n    a: X\n",
+        "X",
+        6,
+    ),
+    (
+        "future-annotations",  # every annotation is a string, evaluated in the class namespace
+        "from __future__ import annotations\n"
+        + _HEAD
+        + f"class M(BaseModel):\n    Literal: Any = List\n    a: Literal[{_BOOM!r}] = 1\n",
+        "Literal",
+        6,
+    ),
+    (
+        "imported-twice",  # M completes once Later exists, after Literal was rebound
+        _HEAD + f'class M(BaseModel):\n    b: "Literal[{_BOOM!r}] | Later" = 1\n'
+        "from typing import List as Literal\n"
+        "class Later(BaseModel):\n    x: int\nclass Root(BaseModel):\n    m: M\n",
+        "Literal",
+        5,
+    ),
+]
+
+
+#: Fields merely named like builtins or types bind nothing a type uses: they stay legal.
+#: ``date: date`` binds nothing (no value); ``type`` is the discriminator.
+BUILTIN_NAMED_FIELDS = (
+    "from datetime import date\n"
+    "from typing import Literal, Union\n"
+    "from pydantic import BaseModel, Field\n"
+    "class Cat(BaseModel):\n"
+    "    type: Literal['cat'] = 'cat'\n"
+    "    id: int\n"
+    "    format: str\n"
+    "    input: str = ''\n"
+    "    min: int = 0\n"
+    "    max: int = Field(10, ge=0)\n"
+    "    date: date\n"
+    "class Dog(BaseModel):\n"
+    "    type: Literal['dog'] = 'dog'\n"
+    "    id: int = 0\n"
+    "class Pet(BaseModel):\n"
+    "    pet: Union[Cat, Dog] = Field(discriminator='type')\n"
+    "    type: str = 'pet'\n"
+)
+
+
+def with_future_annotations(source: str) -> str:
+    """``source`` with ``from __future__ import annotations`` after its docstring, if any."""
+    tree = ast.parse(source)
+    first = tree.body[0] if tree.body else None
+    docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+    after = (first.end_lineno or 0) if docstring and first is not None else 0
+    lines = source.splitlines(keepends=True)
+    lines.insert(after, "from __future__ import annotations\n")
+    return "".join(lines)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from app.exceptions import SourceRefused
-from app.sandbox.check import check_source
+from app.sandbox.check import MAX_ANNOTATION, check_source
+from tests.sandbox.attacks import BUILTIN_NAMED_FIELDS, SHADOWING, with_future_annotations
 
 HEAD = "from pydantic import BaseModel, Field\n"
 
@@ -253,3 +254,177 @@ def test_functions_outside_classes_are_still_refused() -> None:
     with pytest.raises(SourceRefused) as caught:
         check_source(HEAD + "def f():\n    pass\n")
     assert "functions and methods" in caught.value.message
+
+
+# ---- Names resolved as Python and pydantic will: class scope first (issue #27, item 1) ----
+
+
+@pytest.mark.parametrize(
+    ("source", "name", "line"), [s[1:] for s in SHADOWING], ids=[s[0] for s in SHADOWING]
+)
+def test_a_name_that_a_class_body_shadows_is_refused_with_its_line(
+    source: str, name: str, line: int
+) -> None:
+    with pytest.raises(SourceRefused) as caught:
+        check_source(source)
+    assert caught.value.line == line
+    assert caught.value.message.startswith(f"line {line}, column ")
+    assert f"the name {name!r}" in caught.value.message
+
+
+SHADOWED = HEAD + "from typing import Any, ForwardRef, List, Literal\n"
+
+# (source, what the refusal must say, its line): uses that pass for harmless, or are not yet
+# harmful, but mean a class attribute where the source seems to mean the module's name.
+SHADOWED_CORPUS = [
+    (
+        SHADOWED + "class A(BaseModel):\n    type: str = 'x'\n    b: type\n",
+        "class A binds 'type' in its body (line 4)",
+        5,
+    ),
+    (
+        "from datetime import date\nfrom pydantic import BaseModel\n"
+        "class A(BaseModel):\n    date: date = None\n",  # the value is bound before `date` is read
+        "class A binds 'date' in its body (line 4)",
+        4,
+    ),
+    (
+        SHADOWED + "class A(BaseModel):\n    min: int = 0\n    b: int = Field(ge=min)\n",
+        "the name 'min' is looked up in the class body first",
+        5,
+    ),
+    (
+        SHADOWED + "class A(BaseModel):\n    Field: Any = ForwardRef\n    a: int = Field('x')\n",
+        "the name 'Field' is looked up in the class body first",
+        5,
+    ),
+    (
+        SHADOWED + "class A(BaseModel):\n    f: Any = ForwardRef\n"
+        "    a: int = Field(default_factory=f)\n",
+        "class A binds 'f' in its body (line 4)",
+        5,
+    ),
+    (
+        SHADOWED + "import typing\nclass A(BaseModel):\n    typing: Any = int\n"
+        "    a: typing.Literal['x']\n",
+        "class A binds 'typing' in its body (line 5)",
+        6,
+    ),
+    (
+        SHADOWED
+        + "from typing import Annotated\nclass A(BaseModel):\n    Field: Any = ForwardRef\n"
+        "    a: Annotated[int, Field('x')]\n",
+        "class A binds 'Field' in its body (line 5)",
+        6,
+    ),
+    (
+        # another class's binding, in a string: pydantic evaluates strings in whichever model it
+        # is building, so any class body counts
+        SHADOWED + "class A(BaseModel):\n    Literal: Any = List\n"
+        "class B(BaseModel):\n    b: \"Literal['x']\"\n",
+        "class A binds 'Literal' in its body (line 4)",
+        6,
+    ),
+    (
+        SHADOWED + "class A(BaseModel):\n    x: 'model_config'\n",
+        "pydantic binds 'model_config' in every model's namespace",
+        4,
+    ),
+    (
+        "from enum import Enum\nclass E(Enum):\n    a = 1\n    b = a\n",
+        "class E binds 'a' in its body (line 3)",
+        4,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("source", "said", "line"), SHADOWED_CORPUS, ids=[str(i) for i in range(len(SHADOWED_CORPUS))]
+)
+def test_a_class_attribute_used_as_a_name_in_its_class_is_refused(
+    source: str, said: str, line: int
+) -> None:
+    with pytest.raises(SourceRefused) as caught:
+        check_source(source)
+    assert said in caught.value.message
+    assert caught.value.line == line
+
+
+def test_fields_named_like_builtins_stay_legal_with_and_without_the_future_import() -> None:
+    check_source(BUILTIN_NAMED_FIELDS)
+    check_source(with_future_annotations(BUILTIN_NAMED_FIELDS))
+
+
+STRING = HEAD + "class A(BaseModel):\n    x: "
+
+# (the string annotation, what the refusal must say): strings the check cannot prove harmless
+STRANGE_STRINGS = [
+    ("list['int']", "is inside another string annotation: write the type inside without quotes"),
+    ("Optional['A']", "is inside another string annotation"),
+    ("int | " * 400 + "int", f"is longer than {MAX_ANNOTATION} characters"),
+    ("-" * 9000 + "1", f"is longer than {MAX_ANNOTATION} characters"),  # a MemoryError to parse
+    ("int." + "a." * 4900 + "b", "is longer than"),  # a RecursionError to parse
+    ("list[" * 45 + "int" + "]" * 45, "brackets nested deeper than 40"),
+    ("list[\n int]", "holds a line break or control character"),
+    ("int\x00", "holds a line break or control character"),
+    ("\uff49\uff4e\uff54", "uses look-alike characters ('int')"),  # fullwidth "int"
+    (" int", "is not an expression"),  # typing compiles it as it is: an IndentationError
+    ("*int", "is not an expression"),
+    ("int)", "is not an expression"),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "said"), STRANGE_STRINGS, ids=[str(i) for i in range(len(STRANGE_STRINGS))]
+)
+def test_a_string_annotation_that_cannot_be_proved_harmless_is_refused_clearly(
+    text: str, said: str
+) -> None:
+    with pytest.raises(SourceRefused) as caught:
+        check_source(STRING + repr(text) + "\n")
+    assert said in caught.value.message
+    assert caught.value.message.startswith("line 3, column 8: the string annotation ")
+    assert len(caught.value.message) < 300  # the string is shown cut short
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        ("from __future__ import barry_as_FLUFL", "only 'import annotations' (without 'as')"),
+        ("from __future__ import annotations as a", "only 'import annotations' (without 'as')"),
+        ("from __future__ import annotations, division", "only 'import annotations'"),
+        (HEAD + "from __future__ import annotations", "from __future__ imports must come first"),
+        ("import __future__", "importing '__future__' is not allowed"),
+        (
+            "from __future__ import annotations\n" + HEAD + "class A(BaseModel):\n    x: 'int'\n",
+            "with from __future__ import annotations every annotation is a string: write it",
+        ),
+        (
+            "from __future__ import annotations\n" + HEAD + "class A(BaseModel):\n"
+            "    x: list[eval('1')]\n",
+            "calling eval is not allowed",
+        ),
+    ],
+)
+def test_the_future_import_is_refused_where_it_is_not_what_the_check_reads(
+    source: str, said: str
+) -> None:
+    with pytest.raises(SourceRefused) as caught:
+        check_source(source)
+    assert said in caught.value.message
+
+
+def test_the_future_import_is_accepted_after_a_docstring() -> None:
+    source = (
+        '"""Doc."""\nfrom __future__ import annotations\n' + HEAD + "from typing import Literal\n"
+        "class A(BaseModel):\n    x: list[A] = []\n    k: Literal['a', 'b'] = 'a'\n"
+        "    n: int = Field(0, ge=0)\n"
+    )
+    assert check_source(source).source == source
+
+
+def test_a_string_annotation_without_shadowing_still_passes() -> None:
+    check_source(
+        HEAD + "from typing import Literal\nclass A(BaseModel):\n    x: 'list[A] | None'\n"
+        "    y: list['A'] = []\n    k: \"Literal['a b', 'import os']\" = 'a b'\n"
+    )

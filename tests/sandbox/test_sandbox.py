@@ -25,6 +25,7 @@ from app.sandbox.check import CheckedSource
 from app.sandbox.contain import Level
 from app.sandbox.process import Limits, run_child
 from app.sandbox.sandbox import Sandbox
+from tests.sandbox.attacks import BUILTIN_NAMED_FIELDS, SHADOWING, with_future_annotations
 
 HEAD = "from typing import Literal\nfrom pydantic import BaseModel, Field\n"
 PWNED = Path(tempfile.gettempdir()).parent / "tmp" / "maskscope-pwned"
@@ -317,3 +318,39 @@ def test_static_checks_in_threads_at_once_never_fail_inside_ast_parse(sandbox: S
     finally:
         gc.callbacks.remove(switch)
     assert outcomes == ["refused"] * 40
+
+
+@pytest.mark.parametrize(
+    ("source", "name", "line"), [s[1:] for s in SHADOWING], ids=[s[0] for s in SHADOWING]
+)
+def test_a_shadowing_payload_is_refused_before_pydantic_evaluates_it(
+    sandbox: Sandbox, source: str, name: str, line: int
+) -> None:
+    # The payload is live: run with the check bypassed, pydantic evaluates the string in it.
+    assert _child(source) == "ZeroDivisionError: division by zero"
+    with pytest.raises(SourceRefused) as caught:
+        sandbox.schema(source)
+    assert caught.value.line == line
+    assert f"line {line}, column " in caught.value.message
+    assert f"the name {name!r}" in caught.value.message
+
+
+def test_fields_named_like_builtins_derive_what_pydantic_derives(sandbox: Sandbox) -> None:
+    derived = sandbox.schema(BUILTIN_NAMED_FIELDS)
+    assert derived.schema == _unconfined(BUILTIN_NAMED_FIELDS)
+    cat = derived.schema["$defs"]["Cat"]["properties"]
+    assert cat["date"] == {"format": "date", "title": "Date", "type": "string"}
+    assert cat["type"]["const"] == "cat" and cat["min"]["default"] == 0
+    assert derived.schema["properties"]["pet"]["discriminator"]["propertyName"] == "type"
+    future = sandbox.schema(with_future_annotations(BUILTIN_NAMED_FIELDS))
+    assert future.schema == derived.schema
+
+
+@pytest.mark.parametrize("name", ["pricing", "router", "candidate", "risk", "nested"])
+def test_an_example_with_the_future_import_derives_the_same_schema(
+    sandbox: Sandbox, name: str
+) -> None:
+    source = with_future_annotations((EXAMPLES_DIR / f"{name}.py").read_text())
+    assert source.count("from __future__ import annotations") == 1
+    derived = sandbox.schema(source)
+    assert derived.schema == json.loads((EXAMPLES_DIR / f"{name}.json").read_text())
