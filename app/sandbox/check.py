@@ -260,6 +260,14 @@ class _Checker:
         if not isinstance(node.value, ast.Name | ast.Attribute):
             raise _refuse(node, "attributes are allowed only on names")
         chain = _chain(node)
+        if chain is not None and chain[0] in self.defined and ctx == "type":
+            # what a class body bound (a string, a list...) would become the type, unchecked
+            shown = ".".join(chain)
+            raise _refuse(
+                node,
+                f"{shown} is not a type: it is an attribute of {chain[0]!r}, which the source "
+                f"defines (for an enum member, write Literal[{shown}])",
+            )
         if chain is None or chain[0] not in self.imported:
             return [(node.value, ctx)]
         for part in chain:

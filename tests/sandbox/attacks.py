@@ -299,44 +299,44 @@ _HEAD = (
     "from pydantic import BaseModel, Field\n"
 )
 
-#: ``(id, source, the shadowed name, the line of the refused use)``. With the static check
+#: ``(id, source, what the refusal says, the line of the refused use)``. With the static check
 #: bypassed, each source makes pydantic evaluate ``_BOOM`` (the child answers ZeroDivisionError).
 SHADOWING = [
     (
         "literal-rebound-before",  # the reported payload
         _HEAD + f"class M(BaseModel):\n    Literal: Any = List\n    a: Literal[{_BOOM!r}] = 1\n",
-        "Literal",
+        "the name 'Literal'",
         5,
     ),
     (
         "literal-rebound-after-a-string",  # pydantic evaluates strings after the body ran
         _HEAD + f'class M(BaseModel):\n    a: "Literal[{_BOOM!r}]" = 1\n    Literal: Any = List\n',
-        "Literal",
+        "the name 'Literal'",
         4,
     ),
     (
         "str-rebound-to-a-string",
         _HEAD + f"class M(BaseModel):\n    str: Any = {_BOOM!r}\n    a: str\n",
-        "str",
+        "the name 'str'",
         5,
     ),
     (
         "field-rebound-to-forwardref",
         _HEAD + f"class M(BaseModel):\n    Field: Any = ForwardRef\n    a: Field({_BOOM!r})\n",
-        "Field",
+        "the name 'Field'",
         5,
     ),
     (
         "module-alias-evaluated-in-the-model",  # a module-level string, resolved in M's namespace
         _HEAD + f'X = Optional["Literal[{_BOOM!r}]"]\n'
         "class M(BaseModel):\n    Literal: Any = List\n    a: X = None\n",
-        "Literal",
+        "the name 'Literal'",
         3,
     ),
     (
         "module-alias-shadowed",
         _HEAD + f"X = int\nclass M(BaseModel):\n    X: Any = {_BOOM!r}\n    a: X\n",
-        "X",
+        "the name 'X'",
         6,
     ),
     (
@@ -344,7 +344,7 @@ SHADOWING = [
         "from __future__ import annotations\n"
         + _HEAD
         + f"class M(BaseModel):\n    Literal: Any = List\n    a: Literal[{_BOOM!r}] = 1\n",
-        "Literal",
+        "the name 'Literal'",
         6,
     ),
     (
@@ -352,8 +352,21 @@ SHADOWING = [
         _HEAD + f'class M(BaseModel):\n    b: "Literal[{_BOOM!r}] | Later" = 1\n'
         "from typing import List as Literal\n"
         "class Later(BaseModel):\n    x: int\nclass Root(BaseModel):\n    m: M\n",
-        "Literal",
+        "the name 'Literal' is imported twice",
         5,
+    ),
+    (
+        "class-attribute-as-a-type",  # not a name in class scope, but a class body's binding
+        _HEAD + f"class K:\n    a = {_BOOM!r}\nclass M(BaseModel):\n    x: K.a\n",
+        "K.a is not a type: it is an attribute of 'K', which the source defines",
+        6,
+    ),
+    (
+        "str-enum-member-as-a-type",  # a member of a str enum is a string: a forward reference
+        _HEAD + "from enum import Enum\n"
+        f"class K(str, Enum):\n    a = {_BOOM!r}\nclass M(BaseModel):\n    x: Optional[K.a]\n",
+        "K.a is not a type",
+        7,
     ),
 ]
 
