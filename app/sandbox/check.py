@@ -320,9 +320,8 @@ class _Checker:
         if id(node) in self.in_string:
             hint = "write the type inside without quotes"
             if self.future:
-                hint = "with from __future__ import annotations every annotation is a string: " + (
-                    "write it without quotes"
-                )
+                hint = "with from __future__ import annotations every annotation is a string: "
+                hint += "write it without quotes"
             raise _refuse(node, f"{shown} is inside another string annotation: {hint}")
         if len(value) > MAX_ANNOTATION:
             raise _refuse(node, f"{shown} is longer than {MAX_ANNOTATION} characters")

@@ -428,3 +428,19 @@ def test_a_string_annotation_without_shadowing_still_passes() -> None:
         HEAD + "from typing import Literal\nclass A(BaseModel):\n    x: 'list[A] | None'\n"
         "    y: list['A'] = []\n    k: \"Literal['a b', 'import os']\" = 'a b'\n"
     )
+
+
+def test_an_enum_member_stays_usable_as_a_value_not_as_a_type() -> None:
+    source = (
+        "from enum import Enum\nfrom typing import Literal\nfrom pydantic import BaseModel\n"
+        "class Color(str, Enum):\n    red = 'red'\n    blue = 'blue'\n"
+        "class A(BaseModel):\n    c: Color = Color.red\n"
+        "    only: Literal[Color.blue] = Color.blue\n"
+    )
+    check_source(source)
+    with pytest.raises(SourceRefused) as caught:
+        check_source(source + "    wrong: Color.red\n")
+    assert caught.value.message == (
+        "line 10, column 12: Color.red is not a type: it is an attribute of 'Color', which the "
+        "source defines (for an enum member, write Literal[Color.red])"
+    )
