@@ -3,9 +3,6 @@ is a finding, and nothing is retrieved. Real jsonschema, real RE2."""
 
 from __future__ import annotations
 
-import http.server
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +12,7 @@ from app.doctor.judge import Judge
 from app.engine.grammar import GrammarKind, GrammarSpec
 from app.engine.jsonschema_safe import REGISTRY, ecma_to_re2, error_list, schema_validator
 from app.engine.validation import validate_output
+from tests.listener import Listener
 
 # 40 a's: Python's re would take hours on "^(a+)+$" (each a doubles the time; 28 took 20 s), so
 # a verdict coming back at all shows the engine is linear.
@@ -132,29 +130,8 @@ def test_translation_leaves_what_re2_already_reads() -> None:
     assert ecma_to_re2(r"^[a-z0-9_]{3,16}$") == r"^[a-z0-9_]{3,16}$"
 
 
-class _Listener(http.server.BaseHTTPRequestHandler):
-    hits: list[str] = []
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        _Listener.hits.append(self.path)
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b'{"type": "string"}')
-
-
-@pytest.fixture
-def listener() -> Iterator[str]:
-    """A real HTTP server on 127.0.0.1 that counts the requests it gets."""
-    _Listener.hits = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Listener)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/secret.json"
-    server.shutdown()
-    server.server_close()
-
-
-def test_the_registry_retrieves_nothing(listener: str) -> None:
-    with pytest.raises(referencing.exceptions.NoSuchResource):
-        REGISTRY.get_or_retrieve(listener)
-    assert _Listener.hits == []
+def test_the_registry_retrieves_nothing() -> None:
+    with Listener() as listener:
+        with pytest.raises(referencing.exceptions.NoSuchResource):
+            REGISTRY.get_or_retrieve(listener.url)
+        assert listener.connections == 0
