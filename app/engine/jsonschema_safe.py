@@ -42,7 +42,10 @@ __all__ = [
     "schema_validator",
 ]
 
-_CACHED_PATTERNS = 4096
+# RE2 bounds each pattern's memory (program and DFA cache: past it, the DFA gives way to a
+# slower but still linear search); the cache bounds how many are kept: 128 x 2 MiB at most.
+_CACHED_PATTERNS = 128
+_PATTERN_MAX_MEM = 2 << 20
 _ECMA_SPACE = (
     r"\t\n\x{0B}\f\r \x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}"
     r"\x{FEFF}"
@@ -99,7 +102,13 @@ def _escape(pattern: str, i: int, in_class: bool) -> tuple[str, int]:
     """The RE2 form of the escape at ``pattern[i]`` and the offset after it."""
     letter = pattern[i + 1]
     if letter == "u" and (match := _UNICODE_ESCAPE.match(pattern, i + 1)):
-        return "\\x{" + (match[1] or match[2]) + "}", match.end()
+        code, end = int(match[1] or match[2], 16), match.end()
+        low = _UNICODE_ESCAPE.match(pattern, end + 1) if pattern.startswith("\\u", end) else None
+        if 0xD800 <= code < 0xDC00 and low and low[2] and 0xDC00 <= int(low[2], 16) < 0xE000:
+            # a surrogate pair written as two escapes is one character (ECMA counts UTF-16)
+            code = 0x10000 + ((code - 0xD800) << 10) + (int(low[2], 16) - 0xDC00)
+            end = low.end()
+        return f"\\x{{{code:X}}}", end
     following = pattern[i + 2] if i + 2 < len(pattern) else ""
     if letter == "c" and following.isascii() and following.isalpha():
         return f"\\x{{{ord(following) % 32:X}}}", i + 3
@@ -119,6 +128,7 @@ def _compiled(pattern: str) -> tuple[Any, str | None]:
     """The compiled pattern, or None and why RE2 cannot run it."""
     options = re2.Options()
     options.log_errors = False
+    options.max_mem = _PATTERN_MAX_MEM
     try:
         return re2.compile(ecma_to_re2(pattern), options), None
     except re2.error as error:

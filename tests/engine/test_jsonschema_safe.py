@@ -55,6 +55,7 @@ def test_catastrophic_backtracking_patterns_come_back_with_a_verdict(
         ("^.$", "\u2028", False),  # a line terminator in ECMA-262
         ("^.$", "é", True),
         (r"^\u0041\u{1F600}$", "A\U0001f600", True),
+        (r"^\uD83D\uDE00$", "\U0001f600", True),  # a surrogate pair is one character
         (r"^\s$", "\u00a0", True),  # ECMA's \s is Unicode white space
         (r"^\S$", "\u3000", False),
         (r"^[\s]$", "\ufeff", True),
@@ -124,6 +125,14 @@ def test_final_validation_and_the_judge_use_the_factory() -> None:
 def test_a_lone_surrogate_is_matched_not_a_crash() -> None:
     assert _messages({"pattern": "^a"}, "a\ud800") == []
     assert _messages({"pattern": "^b"}, "a\ud800") != []
+
+
+def test_a_pattern_re2_refuses_for_its_size_is_a_finding() -> None:
+    [message] = _messages({"pattern": "(a{1000}){1000}"}, "a")
+    assert message == (
+        "pattern '(a{1000}){1000}' could not be checked: RE2 refuses it (invalid repetition size: "
+        "{1000})"
+    )
 
 
 def test_translation_leaves_what_re2_already_reads() -> None:
