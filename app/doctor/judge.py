@@ -12,9 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
-
 from app.doctor.keywords import error_pointer, subschemas
+from app.engine.jsonschema_safe import error_list, format_checker, schema_validator
 from app.paths import format_path
 
 __all__ = ["Judge", "Judged", "WitnessError"]
@@ -55,15 +54,20 @@ class Judged:
 class Judge:
     """Validates documents against one JSON Schema, keyword pointers included.
 
+    Patterns run on RE2 and references stay inside the document
+    (:mod:`app.engine.jsonschema_safe`).
+
     Args:
         schema: the parsed JSON Schema.
+
+    Raises:
+        ReferenceRefused: a reference leaves the document, leads nowhere or loops in place.
     """
 
     def __init__(self, schema: Any) -> None:
         self.schema = schema
-        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        self._checker = cls.FORMAT_CHECKER
-        self._validator = cls(schema, format_checker=self._checker)
+        self._validator = schema_validator(schema)
+        self._checker = format_checker(schema)
 
     def unchecked_formats(self) -> list[str]:
         """The ``format`` values in the schema that jsonschema cannot check."""
@@ -77,7 +81,7 @@ class Judge:
     def value(self, value: Any) -> tuple[WitnessError, ...]:
         """The errors of a parsed document, in path order."""
         errors = sorted(
-            self._validator.iter_errors(value),
+            error_list(self._validator, value),
             key=lambda e: [str(part) for part in e.absolute_path],
         )
         return tuple(

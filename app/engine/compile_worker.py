@@ -65,24 +65,36 @@ def _captured_stderr() -> Iterator[list[str]]:
 
 
 def parse_schema(source: str) -> Any:
+    """Parse a JSON Schema source and check it: the meta-schema, then every reference.
+
+    Raises:
+        GrammarError: not JSON, nested too deeply, not a valid JSON Schema, or (as
+            ``ReferenceRefused``) a reference that leaves the document, leads nowhere or loops
+            in place; located by line, column and JSON pointer where possible.
+    """
     import jsonschema
+
+    from app.engine.jsonschema_safe import error_list, meta_validator
+    from app.engine.schema_refs import check_refs
 
     try:
         schema = json.loads(source)
     except json.JSONDecodeError as exc:
         raise GrammarError(f"invalid JSON: {exc.msg}", line=exc.lineno, column=exc.colno) from None
+    except RecursionError:
+        raise GrammarError("invalid JSON Schema: nested too deeply to parse") from None
     if not isinstance(schema, dict | bool):
         raise GrammarError(
             f"a JSON Schema is an object or a boolean, got {type(schema).__name__}",
             line=1,
             column=1,
         )
-    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    error = jsonschema.exceptions.best_match(validator(validator.META_SCHEMA).iter_errors(schema))
+    error = jsonschema.exceptions.best_match(error_list(meta_validator(schema), schema))
     if error is not None:
         raise located_error(
             source, list(error.absolute_path), f"not a valid JSON Schema: {error.message}"
         )
+    check_refs(schema, source=source)
     return schema
 
 

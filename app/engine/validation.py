@@ -6,12 +6,14 @@ this verdict is where a user sees the difference.
 
 from __future__ import annotations
 
+import functools
 import json
 
-import jsonschema
+from jsonschema.protocols import Validator
 
 from app.engine.grammar import GrammarSpec
 from app.engine.jsonpath import format_path
+from app.engine.jsonschema_safe import error_list, schema_validator
 from app.engine.records import Validation, ValidationError
 
 __all__ = ["validate_output"]
@@ -20,13 +22,18 @@ __all__ = ["validate_output"]
 def validate_output(spec: GrammarSpec, text: str, *, complete: bool) -> Validation:
     """Validate ``text`` against ``spec``.
 
-    JSON Schema sources are checked with ``jsonschema`` (formats included). For EBNF and regex
+    JSON Schema sources are checked with ``jsonschema`` (formats included; patterns on RE2,
+    references inside the document only: :mod:`app.engine.jsonschema_safe`). For EBNF and regex
     the source is the grammar itself, so the output is valid when the grammar is complete.
 
     Args:
         spec: the grammar request the output was generated under.
         text: the whole output.
         complete: whether the matcher reached an accepting state.
+
+    Raises:
+        ReferenceRefused: the schema has a reference that leaves the document (its compile
+            refuses it first).
     """
     if not spec.is_json:
         if complete:
@@ -37,13 +44,17 @@ def validate_output(spec: GrammarSpec, text: str, *, complete: bool) -> Validati
     except json.JSONDecodeError as exc:
         message = f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         return Validation(False, (ValidationError("$", message),))
-    schema = json.loads(spec.source)
-    validator_class = jsonschema.validators.validator_for(
-        schema, default=jsonschema.Draft202012Validator
+    errors = sorted(
+        error_list(_validator(spec.source), instance),
+        key=lambda e: list(map(str, e.absolute_path)),
     )
-    validator = validator_class(schema, format_checker=validator_class.FORMAT_CHECKER)
-    errors = sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))
     return Validation(
         not errors,
         tuple(ValidationError(format_path(e.absolute_path), e.message) for e in errors),
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _validator(source: str) -> Validator:
+    """One validator per schema text: a test batch validates many texts against the same one."""
+    return schema_validator(json.loads(source), source=source)

@@ -243,6 +243,8 @@ def listed_tests(raw: str) -> tuple[list[Any], list[Any]]:
         listed = json.loads(raw or "[]")
     except json.JSONDecodeError as error:
         raise InvalidInput(f"tests: not JSON ({error.msg})", pointer="/tests") from None
+    except RecursionError:
+        raise InvalidInput("tests: nested too deeply to parse", pointer="/tests") from None
     if not isinstance(listed, list):
         raise InvalidInput("tests: a list of tests", pointer="/tests")
     recorded = [t.pop("recorded", None) if isinstance(t, dict) else None for t in listed]

@@ -1,0 +1,361 @@
+"""The one way the server builds a jsonschema validator for a user's schema.
+
+jsonschema matches ``pattern`` and ``patternProperties`` with Python's ``re``, a backtracking
+engine: ``"^(a+)+$"`` against 28 ``a`` and a ``!`` holds the GIL for 20 s, and each ``a`` doubles
+it. Here those keywords (and ``additionalProperties``, ``unevaluatedProperties``, which match the
+same patterns, and the ``regex`` format) run on RE2, whose time is linear in the text. ECMA-262
+is the dialect JSON Schema names; each pattern is translated to RE2's syntax (``\\uXXXX``, the
+``.`` and ``\\s`` of ECMA-262...) and searched for, not matched.
+
+RE2 cannot run backreferences or lookaround (no linear-time engine can). Such a pattern is never
+a silent pass: the value it applies to gets a validation error saying that the pattern could not
+be checked, and why.
+
+References stay inside the document: :func:`app.engine.schema_refs.check_refs` runs before a
+validator is built, and the validator's registry refuses to retrieve anything (no network, no
+file) should a reference still reach it.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+import re2
+import referencing
+import referencing.exceptions
+from jsonschema.exceptions import FormatError, ValidationError
+from jsonschema.protocols import Validator
+
+from app.engine.schema_refs import check_refs
+
+__all__ = [
+    "REGISTRY",
+    "error_list",
+    "format_checker",
+    "meta_validator",
+    "regex_problem",
+    "regex_search",
+    "schema_validator",
+]
+
+# RE2 bounds each pattern's memory (program and DFA cache: past it, the DFA gives way to a
+# slower but still linear search); the cache bounds how many are kept: 128 x 2 MiB at most.
+_CACHED_PATTERNS = 128
+_PATTERN_MAX_MEM = 2 << 20
+_ECMA_SPACE = (
+    r"\t\n\x{0B}\f\r \x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}"
+    r"\x{FEFF}"
+)
+_ECMA_DOT = r"[^\n\r\x{2028}\x{2029}]"
+_UNICODE_ESCAPE = re.compile(r"u\{([0-9A-Fa-f]{1,6})\}|u([0-9A-Fa-f]{4})")
+_BACKREFERENCE = re.compile(r"invalid escape sequence: \\[1-9k]")
+_LOOKAROUND = re.compile(r"invalid perl operator: \(\?<?[=!]")
+
+
+# Second line of defence behind check_refs: nothing is ever fetched. jsonschema's default
+# registry (no registry= given) retrieves http(s) and file: references with urllib; a bare
+# referencing.Registry retrieves nothing (every unknown URI is NoSuchResource), and jsonschema
+# adds the meta-schemas it bundles to it.
+REGISTRY: referencing.Registry[Any] = referencing.Registry()
+
+
+def ecma_to_re2(pattern: str) -> str:
+    """Translate an ECMA-262 pattern into RE2 syntax with the same meaning.
+
+    ``\\uXXXX``, ``\\u{X}``, ``\\cX`` and ``\\0`` become ``\\x{...}``; ``.`` and ``\\s``/``\\S``
+    get ECMA-262's line terminators and white space; ``[^]`` and ``[]`` (anything, nothing) and
+    ``\\b`` in a class (a backspace) get RE2 equivalents; ``(?<name>`` becomes ``(?P<name>``.
+    What RE2 lacks (backreferences, lookaround) is left for RE2 to refuse.
+    """
+    out: list[str] = []
+    i, in_class = 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\" and i + 1 < len(pattern):
+            text, i = _escape(pattern, i, in_class)
+            out.append(text)
+        elif in_class:
+            in_class = char != "]"
+            out.append(char)
+            i += 1
+        elif pattern.startswith("[^]", i):
+            out.append(r"[\x{0}-\x{10FFFF}]")
+            i += 3
+        elif pattern.startswith("[]", i):
+            out.append(r"[^\x{0}-\x{10FFFF}]")
+            i += 2
+        elif pattern.startswith("(?<", i) and not pattern.startswith(("(?<=", "(?<!"), i):
+            out.append("(?P<")
+            i += 3
+        else:
+            in_class = char == "["
+            out.append(_ECMA_DOT if char == "." else char)
+            i += 1
+    return "".join(out)
+
+
+def _escape(pattern: str, i: int, in_class: bool) -> tuple[str, int]:
+    """The RE2 form of the escape at ``pattern[i]`` and the offset after it."""
+    letter = pattern[i + 1]
+    if letter == "u" and (match := _UNICODE_ESCAPE.match(pattern, i + 1)):
+        code, end = int(match[1] or match[2], 16), match.end()
+        low = _UNICODE_ESCAPE.match(pattern, end + 1) if pattern.startswith("\\u", end) else None
+        if 0xD800 <= code < 0xDC00 and low and low[2] and 0xDC00 <= int(low[2], 16) < 0xE000:
+            # a surrogate pair written as two escapes is one character (ECMA counts UTF-16)
+            code = 0x10000 + ((code - 0xD800) << 10) + (int(low[2], 16) - 0xDC00)
+            end = low.end()
+        return f"\\x{{{code:X}}}", end
+    following = pattern[i + 2] if i + 2 < len(pattern) else ""
+    if letter == "c" and following.isascii() and following.isalpha():
+        return f"\\x{{{ord(following) % 32:X}}}", i + 3
+    if letter == "0" and not following.isdigit():
+        return r"\x{0}", i + 2
+    if letter == "s":
+        return (_ECMA_SPACE if in_class else f"[{_ECMA_SPACE}]"), i + 2
+    if letter == "S" and not in_class:
+        return f"[^{_ECMA_SPACE}]", i + 2
+    if letter == "b" and in_class:
+        return r"\x{8}", i + 2
+    return pattern[i : i + 2], i + 2
+
+
+@functools.lru_cache(maxsize=_CACHED_PATTERNS)
+def _compiled(pattern: str) -> tuple[Any, str | None]:
+    """The compiled pattern, or None and why RE2 cannot run it."""
+    options = re2.Options()
+    options.log_errors = False
+    options.max_mem = _PATTERN_MAX_MEM
+    try:
+        return re2.compile(ecma_to_re2(pattern), options), None
+    except re2.error as error:
+        detail = error.args[0] if error.args else error
+        reason = detail.decode(errors="replace") if isinstance(detail, bytes) else str(detail)
+    if _BACKREFERENCE.search(reason):
+        why = "it uses a backreference"
+    elif _LOOKAROUND.search(reason):
+        why = "it uses lookaround"
+    else:
+        return None, f"RE2 refuses it ({reason})"
+    return None, f"{why}, which needs a backtracking engine; the server runs none on user input"
+
+
+def regex_problem(pattern: str) -> str | None:
+    """Why the server cannot run ``pattern`` (an ECMA-262 regex), or None when it can."""
+    return _compiled(pattern)[1]
+
+
+def regex_search(pattern: str, text: str) -> bool | None:
+    """Whether ``pattern`` matches somewhere in ``text`` (in linear time); None when the pattern
+    cannot be run (see :func:`regex_problem`)."""
+    compiled, _ = _compiled(pattern)
+    if compiled is None:
+        return None
+    try:
+        return compiled.search(text) is not None
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800" in JSON): not UTF-8, so not for RE2
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return compiled.search(text) is not None
+
+
+def _unchecked(pattern: Any) -> ValidationError:
+    if not isinstance(pattern, str):
+        return ValidationError(f"pattern {pattern!r} could not be checked: it is not a string")
+    return ValidationError(f"pattern {pattern!r} could not be checked: {regex_problem(pattern)}")
+
+
+def _pattern(validator: Any, pattern: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "string"):
+        return
+    found = regex_search(pattern, instance) if isinstance(pattern, str) else None
+    if found is None:
+        yield _unchecked(pattern)
+    elif not found:
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(
+    validator: Any, patterns: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            found = regex_search(pattern, key)
+            if found is None:
+                yield _unchecked(pattern)
+                break
+            if found:
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _matched_by_patterns(schema: Any, key: str) -> bool:
+    return any(regex_search(p, key) for p in schema.get("patternProperties", {}))
+
+
+def _additional_properties(
+    validator: Any, additional: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    properties = schema.get("properties", {})
+    extras = {k for k in instance if k not in properties and not _matched_by_patterns(schema, k)}
+    if validator.is_type(additional, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], additional, path=extra)
+    elif not additional and extras:
+        joined = ", ".join(repr(each) for each in sorted(extras))
+        if "patternProperties" in schema:
+            patterns = ", ".join(repr(each) for each in sorted(schema["patternProperties"]))
+            verb = "does" if len(extras) == 1 else "do"
+            yield ValidationError(f"{joined} {verb} not match any of the regexes: {patterns}")
+        else:
+            verb = "was" if len(extras) == 1 else "were"
+            yield ValidationError(
+                f"Additional properties are not allowed ({joined} {verb} unexpected)"
+            )
+
+
+def _is_valid(errors: Iterator[ValidationError]) -> bool:
+    return next(errors, None) is None
+
+
+def _evaluated_keys(validator: Any, instance: Any, schema: Any) -> set[str]:
+    """The keys of ``instance`` that ``schema`` evaluates (jsonschema's own walk, with RE2)."""
+    if validator.is_type(schema, "boolean"):
+        return set()
+    keys: set[str] = set()
+    for keyword in ("$ref", "$dynamicRef", "$recursiveRef"):
+        if isinstance(ref := schema.get(keyword), str):
+            resolved = validator._resolver.lookup(ref)
+            inner = validator.evolve(schema=resolved.contents, _resolver=resolved.resolver)
+            keys |= _evaluated_keys(inner, instance, resolved.contents)
+    if validator.is_type(properties := schema.get("properties"), "object"):
+        keys |= properties.keys() & instance.keys()
+    for keyword in ("additionalProperties", "unevaluatedProperties"):
+        if (subschema := schema.get(keyword)) is not None:
+            keys |= {k for k, v in instance.items() if _is_valid(validator.descend(v, subschema))}
+    keys |= {k for k in instance if _matched_by_patterns(schema, k)}
+    for key, subschema in schema.get("dependentSchemas", {}).items():
+        if key in instance:
+            keys |= _evaluated_keys(validator, instance, subschema)
+    for keyword in ("allOf", "oneOf", "anyOf"):
+        for subschema in schema.get(keyword, []):
+            if _is_valid(validator.descend(instance, subschema)):
+                keys |= _evaluated_keys(validator, instance, subschema)
+    if "if" in schema:
+        if validator.evolve(schema=schema["if"]).is_valid(instance):
+            keys |= _evaluated_keys(validator, instance, schema["if"])
+            if "then" in schema:
+                keys |= _evaluated_keys(validator, instance, schema["then"])
+        elif "else" in schema:
+            keys |= _evaluated_keys(validator, instance, schema["else"])
+    return keys
+
+
+def _unevaluated_properties(
+    validator: Any, unevaluated: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    evaluated = _evaluated_keys(validator, instance, schema)
+    bad = [
+        key
+        for key in instance
+        if key not in evaluated
+        and not _is_valid(validator.descend(instance[key], unevaluated, path=key, schema_path=key))
+    ]
+    if not bad:
+        return
+    joined = ", ".join(repr(each) for each in sorted(bad, key=str))
+    verb = "was" if len(bad) == 1 else "were"
+    if unevaluated is False:
+        yield ValidationError(
+            f"Unevaluated properties are not allowed ({joined} {verb} unexpected)"
+        )
+    else:
+        yield ValidationError(
+            "Unevaluated properties are not valid under the given schema "
+            f"({joined} {verb} unevaluated and invalid)"
+        )
+
+
+class _Formats(jsonschema.FormatChecker):
+    """A draft's format checkers, with ``regex`` checked by RE2 (what the server can run)."""
+
+    def check(self, instance: object, format: str) -> None:  # noqa: A002 (jsonschema's name)
+        if format == "regex" and isinstance(instance, str):
+            if (problem := regex_problem(instance)) is not None:
+                raise FormatError(f"{instance!r} is not a 'regex' the server can run: {problem}")
+            return
+        super().check(instance, format)
+
+
+def _regex_format(instance: object) -> bool:
+    return not isinstance(instance, str) or regex_problem(instance) is None
+
+
+_KEYWORDS = {
+    "pattern": _pattern,
+    "patternProperties": _pattern_properties,
+    "additionalProperties": _additional_properties,
+    "unevaluatedProperties": _unevaluated_properties,
+}
+
+
+@functools.cache
+def _safe_class(base: type[Validator]) -> tuple[type[Validator], jsonschema.FormatChecker]:
+    checker = _Formats(formats=())
+    checker.checkers = {**base.FORMAT_CHECKER.checkers, "regex": (_regex_format, ())}
+    keywords = {k: v for k, v in _KEYWORDS.items() if k in base.VALIDATORS}
+    cls = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+        base, keywords, format_checker=checker
+    )
+    return cls, checker
+
+
+def _class_for(schema: Any) -> tuple[type[Validator], jsonschema.FormatChecker]:
+    base = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return _safe_class(base)
+
+
+def schema_validator(schema: Any, *, source: str | None = None, formats: bool = True) -> Validator:
+    """A validator for a user's schema: references checked first, regexes on RE2, no retrieval.
+
+    Args:
+        schema: the parsed JSON Schema (its ``$schema`` picks the draft; 2020-12 otherwise).
+        source: its JSON text, so that a refused reference names its line and column.
+        formats: whether ``format`` is asserted (with every checker the draft has).
+
+    Raises:
+        ReferenceRefused: a reference leaves the document, leads nowhere or loops in place.
+    """
+    check_refs(schema, source=source)
+    cls, checker = _class_for(schema)
+    return cls(schema, format_checker=checker if formats else None, registry=REGISTRY)
+
+
+def format_checker(schema: Any) -> jsonschema.FormatChecker:
+    """The format checker :func:`schema_validator` gives ``schema`` (its draft's, regex on RE2)."""
+    return _class_for(schema)[1]
+
+
+def meta_validator(schema: Any) -> Validator:
+    """The validator of ``schema``'s draft for its meta-schema (is it a valid JSON Schema?)."""
+    cls, _ = _class_for(schema)
+    return cls(cls.META_SCHEMA, registry=REGISTRY)
+
+
+def error_list(validator: Validator, instance: Any) -> list[ValidationError]:
+    """Every error of ``instance``; a schema and document too deep to walk, or a reference that
+    does not resolve, is one error at the root rather than an exception."""
+    try:
+        return list(validator.iter_errors(instance))
+    except RecursionError:
+        message = "the schema and the document nest too deeply to validate"
+    except referencing.exceptions.Unresolvable as unresolvable:
+        message = f"a reference does not resolve inside the document: {unresolvable}"
+    return [ValidationError(message)]
