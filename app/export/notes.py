@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.export.options import SGLANG_VERSION, VLLM_FLAG, VLLM_VERSION, Reach
 from app.export.request import ExportRequest
 
-__all__ = ["options_line", "sampling_notes", "sglang_notes", "vllm_notes"]
+__all__ = ["options_line", "pydantic_notes", "sampling_notes", "sglang_notes", "vllm_notes"]
 
 # Where the guided_* fields went: vllm-project/vllm#29326 removed them in v0.12.0; v0.11.2 was the
 # release before it. 0.32.0 lists them in _REMOVED_GUIDED_FIELDS
@@ -20,6 +20,18 @@ def options_line(req: ExportRequest) -> str:
     opts = req.options.to_dict()
     shown = ", ".join(f"{k}={v!r}" for k, v in opts.items())
     return f"Maskscope compiled the JSON Schema with xgrammar ({shown}; preset {req.preset})."
+
+
+def pydantic_notes(req: ExportRequest) -> list[str]:
+    """The methods the sandbox removed from a Pydantic source, which no snippet carries."""
+    if req.pydantic is None or not req.pydantic.stripped:
+        return []
+    return [
+        "Maskscope removed these methods before running the source: "
+        + ", ".join(req.pydantic.stripped)
+        + ". This snippet leaves them out too: it carries only what the sandbox ran (and the "
+        "JSON Schema pydantic derived from it), so nothing here checks what they checked."
+    ]
 
 
 def sampling_notes(req: ExportRequest, stack: str, seed_note: str) -> list[str]:
