@@ -111,14 +111,18 @@ def _named(statements: list[ast.stmt]) -> set[str]:
 
 def clash(code: str, model: Model) -> str | None:
     """Why ``code`` (a snippet that opens with ``model``'s source) cannot define the model: the
-    source binds a name the rest of the snippet binds or reads (the root model's name aside, which
-    the snippet reads on purpose and must not rebind), else None."""
+    source binds a name the rest of the snippet binds or reads, else None. The root model's name
+    is read once on purpose (``compile_json_schema(Root)``, ``response_format=Root``); read again
+    (``print``) or rebound (``MODEL``), it clashes too."""
     tree = _parse(code)
     if tree is None:
         return "the snippet could not be parsed here"
     source, own = tree.body[: model.statements], tree.body[model.statements :]
-    defined, rebound = _bound(source), _bound(own)
-    clashes = (defined & _named(own)) - ({str(model.root)} - rebound)
+    root = str(model.root)
+    clashes = (_bound(source) & _named(own)) - {root}
+    reads = sum(isinstance(n, ast.Name) and n.id == root for s in own for n in ast.walk(s))
+    if root in _bound(own) or reads > 1:
+        clashes.add(root)
     if not clashes:
         return None
     return "the source binds names the snippet uses: " + ", ".join(sorted(clashes))

