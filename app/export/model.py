@@ -72,7 +72,10 @@ def model_of(req: ExportRequest) -> tuple[Model | None, str | None]:
     tree = _parse(text)
     if tree is None:
         return None, "the source could not be parsed here"
-    return Model(Code(text), identifier(req.pydantic.root), len(tree.body)), None
+    root = identifier(req.pydantic.root)
+    if root not in _bound(tree.body):
+        return None, f"the source does not define {root} at its top level"
+    return Model(Code(text), root, len(tree.body)), None
 
 
 def _stored(nodes: Iterable[ast.AST]) -> set[str]:

@@ -161,3 +161,16 @@ def test_the_xgrammar_snippet_defines_the_model_unless_a_name_clashes(
         assert "class PricingDecision" not in code and "compile_json_schema(\n    SCHEMA," in code
         assert f"the source binds names the snippet uses: {clashes}." in unwrapped(code)
         assert str(compiled.grammar) == engine.compile(spec_of(req)).grammar_text
+
+
+def test_a_source_with_windows_line_ends_is_written_with_the_snippets_own(engine: Engine) -> None:
+    windows = PYDANTIC.replace("\n", "\r\n")  # what a browser's form sends from a textarea
+    wrong = make_request(engine, pydantic=PydanticSource(windows, "Root"))
+    assert "the source does not define Root at its top level" in unwrapped(
+        export(wrong, "xgrammar").code
+    )
+    req = make_request(engine, pydantic=PydanticSource(windows, "PricingDecision"))
+    plain = make_request(engine, pydantic=PydanticSource(PYDANTIC, "PricingDecision"))
+    code = export(req, "xgrammar").code
+    assert "\r" not in code and code == export(plain, "xgrammar").code
+    assert code.count(PYDANTIC.strip("\n")) == 1
