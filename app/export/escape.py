@@ -12,7 +12,7 @@ import shlex
 import textwrap
 from typing import Any
 
-__all__ = ["Code", "comment", "identifier", "py", "py_str", "sh", "sh_json"]
+__all__ = ["Code", "comment", "identifier", "one_line", "py", "py_str", "sh", "sh_json"]
 
 _WIDTH = 96
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -110,8 +110,34 @@ def sh(word: str) -> Code:
 
 
 def sh_json(value: Any) -> Code:
-    """A JSON document as one single-quoted shell word (readable: indented, UTF-8 as is)."""
-    return sh(json.dumps(value, indent=2, ensure_ascii=False))
+    """A JSON document as one single-quoted shell word (readable: indented, UTF-8 as is).
+
+    Characters that would not show are ``\\u`` escapes: JSON escapes only those below U+0020,
+    and DEL, C1 controls, bidirectional controls or line separators would reach the terminal as
+    they are (DEL erases the character before it when pasted without bracketed paste).
+    """
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    shown = (ch if ch.isprintable() or ch == "\n" else json.dumps(ch)[1:-1] for ch in text)
+    return sh("".join(shown))
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks and other unprintable characters escaped, to sit inside a
+    sentence of a comment: a user's line break would otherwise give it lines of its own (a
+    ``$ command`` line that looks like Maskscope's own advice)."""
+    return "".join(ch if ch.isprintable() else _char(ch) for ch in text)
+
+
+def _no_command_start(lines: list[str]) -> list[str]:
+    """Wrapped lines, none but the first starting with ``$``: it would read as a command to copy
+    (``# $ ...``), so such a line takes the last words of the line before it."""
+    out: list[str] = []
+    for line in lines:
+        while out and line.startswith("$") and " " in out[-1]:
+            head, word = out[-1].rsplit(" ", 1)
+            out[-1], line = head, f"{word} {line}"
+        out.append(line)
+    return out
 
 
 def comment(text: str, prefix: str = "# ") -> Code:
@@ -125,7 +151,7 @@ def comment(text: str, prefix: str = "# ") -> Code:
         wrapped = textwrap.wrap(
             paragraph, _WIDTH - len(prefix), break_on_hyphens=False, break_long_words=False
         )
-        lines.extend(wrapped or [""])
+        lines.extend(_no_command_start(wrapped) or [""])
     return Code("\n".join((prefix + line).rstrip() for line in lines))
 
 

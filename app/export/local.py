@@ -9,11 +9,12 @@ from typing import Any
 from app.engine.grammar import GrammarKind
 from app.engine.llguidance.options import NOT_CARRIED_WHY, JsonOptions, json_options
 from app.export.escape import Code, py
-from app.export.notes import options_line, sampling_notes
+from app.export.model import Model, with_model
+from app.export.notes import options_line, pydantic_notes, sampling_notes
 from app.export.options import Reach, differences, layout
 from app.export.render import render
 from app.export.request import ExportRequest
-from app.export.snippet import Snippet, constants, header, pydantic_code
+from app.export.snippet import Snippet, constants, header
 
 __all__ = ["llguidance_snippet", "xgrammar_snippet"]
 
@@ -52,7 +53,13 @@ def _call(function: str, first: str, options: list[tuple[str, Code]]) -> Code:
 
 def xgrammar_snippet(req: ExportRequest) -> Snippet:
     """xgrammar's compile with exactly the effective options, and a transformers generate loop."""
-    source, root = pydantic_code(req)
+    code = with_model(req, lambda model, notes: _xgrammar_program(req, model, notes))
+    return Snippet("xgrammar", "python", code, ())
+
+
+def _xgrammar_program(req: ExportRequest, pydantic: Model | None, extra: list[str]) -> str:
+    """The xgrammar program; it compiles ``pydantic``'s root model when given, else SCHEMA."""
+    root = pydantic.root if pydantic else None
     if req.is_json:
         opts = req.options
         kwargs = [
@@ -72,12 +79,14 @@ def xgrammar_snippet(req: ExportRequest) -> Snippet:
     notes = [
         f"xgrammar {_version('xgrammar')} with transformers: the same compile Maskscope ran.",
         options_line(req),
+        *pydantic_notes(req),
+        *extra,
         *sampling_notes(req, "transformers", _SEED_NOTE),
     ]
-    code = render(
+    return render(
         "xgrammar.py.j2",
         notes=header("xgrammar", notes, []),
-        pydantic=source,
+        pydantic=pydantic.source if pydantic else None,
         constants=[*constants(req, with_schema=root is None), *prompt_consts],
         model=py(req.model),
         compile=compile_,
@@ -85,7 +94,6 @@ def xgrammar_snippet(req: ExportRequest) -> Snippet:
         generate=generate,
         seed=seed,
     )
-    return Snippet("xgrammar", "python", code, ())
 
 
 def _llguidance_json(req: ExportRequest) -> tuple[JsonOptions, list[str]]:
@@ -101,7 +109,11 @@ def _llguidance_json(req: ExportRequest) -> tuple[JsonOptions, list[str]]:
 
 def llguidance_snippet(req: ExportRequest) -> Snippet:
     """The grammar Maskscope's llguidance engine compiles, and a transformers generate loop."""
-    notes = [f"llguidance {_version('llguidance')} with transformers.", options_line(req)]
+    notes = [
+        f"llguidance {_version('llguidance')} with transformers.",
+        options_line(req),
+        *pydantic_notes(req),
+    ]
     consts = constants(req)
     missing: list[str] = []
     if req.is_json:

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from app.export.escape import one_line, sh
 from app.export.options import SGLANG_VERSION, VLLM_FLAG, VLLM_VERSION, Reach
 from app.export.request import ExportRequest
 
-__all__ = ["options_line", "sampling_notes", "sglang_notes", "vllm_notes"]
+__all__ = ["options_line", "pydantic_notes", "sampling_notes", "sglang_notes", "vllm_notes"]
 
 # Where the guided_* fields went: vllm-project/vllm#29326 removed them in v0.12.0; v0.11.2 was the
 # release before it. 0.32.0 lists them in _REMOVED_GUIDED_FIELDS
 # (vllm/entrypoints/serve/engine/protocol.py) and only logs a warning.
 VLLM_LEGACY_VERSION = "0.11.2"
+
+
+def _word(text: str) -> str:
+    """One word of a command line a comment shows, to be copied into a shell."""
+    return one_line(sh(text))
 
 
 def options_line(req: ExportRequest) -> str:
@@ -20,6 +26,18 @@ def options_line(req: ExportRequest) -> str:
     opts = req.options.to_dict()
     shown = ", ".join(f"{k}={v!r}" for k, v in opts.items())
     return f"Maskscope compiled the JSON Schema with xgrammar ({shown}; preset {req.preset})."
+
+
+def pydantic_notes(req: ExportRequest) -> list[str]:
+    """The methods the sandbox removed from a Pydantic source, which no snippet carries."""
+    if req.pydantic is None or not req.pydantic.stripped:
+        return []
+    return [
+        "Maskscope removed these methods before running the source: "
+        + ", ".join(map(one_line, req.pydantic.stripped))
+        + ". This snippet leaves them out too: it carries only what the sandbox ran (and the "
+        "JSON Schema pydantic derived from it), so nothing here checks what they checked."
+    ]
 
 
 def sampling_notes(req: ExportRequest, stack: str, seed_note: str) -> list[str]:
@@ -43,7 +61,8 @@ def vllm_notes(req: ExportRequest, reach: Reach, *, legacy: bool) -> list[str]:
         )
     else:
         notes.append(f"vLLM {VLLM_VERSION}: structured_outputs (StructuredOutputsParams).")
-    notes.append("Serve the model with:\n$ " + " ".join(["vllm serve", req.model, *reach.flags]))
+    serve = ["vllm serve", _word(req.model), *reach.flags]
+    notes.append("Serve the model with:\n$ " + " ".join(serve))
     if reach.flags:
         notes.append(
             "The request field structured_outputs.disable_any_whitespace exists but vLLM "
@@ -55,9 +74,9 @@ def vllm_notes(req: ExportRequest, reach: Reach, *, legacy: bool) -> list[str]:
     )
     if req.vllm_fallback:
         notes.append(
-            f"For this schema auto would not use xgrammar ({req.vllm_fallback}): it masks with "
-            "guidance (llguidance) instead, not the mask Maskscope showed; with backend xgrammar "
-            "vLLM refuses the request."
+            f"For this schema auto would not use xgrammar ({one_line(req.vllm_fallback)}): it "
+            "masks with guidance (llguidance) instead, not the mask Maskscope showed; with "
+            "backend xgrammar vLLM refuses the request."
         )
     elif req.is_json and req.preset == "vllm" and not reach.flags:
         notes.append(
@@ -70,7 +89,7 @@ def vllm_notes(req: ExportRequest, reach: Reach, *, legacy: bool) -> list[str]:
 
 def sglang_notes(req: ExportRequest, reach: Reach) -> list[str]:
     """SGLang: the version and its server flags."""
-    launch = ["python -m sglang.launch_server --model-path", req.model, *reach.flags]
+    launch = ["python -m sglang.launch_server --model-path", _word(req.model), *reach.flags]
     return [
         f"SGLang {SGLANG_VERSION}, grammar backend xgrammar (its default, --grammar-backend).",
         "Serve the model with:\n$ " + " ".join(launch),

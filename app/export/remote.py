@@ -13,8 +13,10 @@ from app.export.http import (
     sglang_openai_call,
     vllm_call,
 )
+from app.export.model import Model, with_model
 from app.export.notes import (
     options_line,
+    pydantic_notes,
     sampling_notes,
     sglang_notes,
     vllm_notes,
@@ -28,7 +30,7 @@ from app.export.options import (
 )
 from app.export.render import render
 from app.export.request import ExportRequest
-from app.export.snippet import Snippet, constants, header, missing_options, pydantic_code
+from app.export.snippet import Snippet, constants, header, missing_options
 
 __all__ = [
     "Plan",
@@ -67,6 +69,7 @@ def vllm_plan(req: ExportRequest, *, legacy: bool = False) -> Plan:
     reach, missing = missing_options(req, reach_vllm, f"vLLM {VLLM_VERSION}")
     notes = [
         options_line(req),
+        *pydantic_notes(req),
         *vllm_notes(req, reach, legacy=legacy),
         *sampling_notes(req, "vLLM", "vLLM draws with its own generator."),
     ]
@@ -79,6 +82,7 @@ def _sglang_notes(req: ExportRequest) -> tuple[list[str], list[str]]:
     seed = "it honours the seed only when started with --enable-deterministic-inference."
     return [
         options_line(req),
+        *pydantic_notes(req),
         *sglang_notes(req, reach),
         *sampling_notes(req, "SGLang", seed),
     ], missing
@@ -103,6 +107,7 @@ def openai_plan(req: ExportRequest) -> Plan:
     _, missing = missing_options(req, reach_openai, "OpenAI")
     notes = [
         options_line(req),
+        *pydantic_notes(req),
         f"OpenAI serves its own models, not {req.model}: the tokens will differ. Strict mode "
         "refuses a schema unless every object has additionalProperties: false and lists every "
         "property in required (the Doctor's openai_strict row checks it).",
@@ -173,9 +178,15 @@ def _generate_program(req: ExportRequest, plan: Plan) -> str:
 
 
 def _sdk_program(req: ExportRequest, plan: Plan) -> str:
+    if not plan.parse_pydantic:
+        return _sdk_code(req, plan, None, [])
+    return with_model(req, lambda model, notes: _sdk_code(req, plan, model, notes))
+
+
+def _sdk_code(req: ExportRequest, plan: Plan, pydantic: Model | None, extra: list[str]) -> str:
+    """The OpenAI SDK program; it hands ``pydantic``'s root model to the parse helper if given."""
     call = plan.call
-    source, root = pydantic_code(req)
-    parse = root if plan.parse_pydantic else None  # the SDK's parse helper takes the model
+    parse = pydantic.root if pydantic else None
     chat = "messages" in call.body
     if chat:
         method = "chat.completions.parse" if parse else "chat.completions.create"
@@ -185,8 +196,8 @@ def _sdk_program(req: ExportRequest, plan: Plan) -> str:
     client = "" if call.bearer_env else f'base_url={py(call.base_url)}, api_key="EMPTY"'
     return render(
         "openai_sdk.py.j2",
-        notes=header(plan.title, plan.notes, plan.missing),
-        pydantic=source if parse else None,
+        notes=header(plan.title, [*plan.notes, *extra], plan.missing),
+        pydantic=pydantic.source if pydantic else None,
         constants=[*constants(req, with_schema=parse is None), *_prompt_constants(call)],
         client=Code(client),
         method=Code(method),

@@ -20,10 +20,18 @@ class Message:
 
 @dataclass(frozen=True)
 class PydanticSource:
-    """A Pydantic source and the model whose JSON Schema Maskscope compiled."""
+    """A Pydantic source as the sandbox ran it, and the model whose JSON Schema Maskscope compiled.
+
+    Attributes:
+        source: the source the sandbox ran, its methods removed (validators can hold any code:
+            a default argument runs when the ``def`` does), never the text as submitted.
+        root: the root model's name.
+        stripped: the methods removed, e.g. ``"Answer.check (@field_validator)"``.
+    """
 
     source: str
     root: str
+    stripped: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

