@@ -421,10 +421,43 @@ def _serve(args: argparse.Namespace) -> int:
     )
     settings = Settings()
     host, port = args.host or settings.host, args.port or settings.port
-    print(f"Maskscope is starting: open http://{host}:{port}/", flush=True)
+    # The address bound is one of the hosts answered to by default (app/web/security.py).
+    settings = settings.model_copy(update={"host": host, "port": port})
+    print(f"Maskscope is starting: open http://{_url_host(host)}:{port}/", flush=True)
+    warning = _hosts_warning(settings)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     # Our own access log carries request ids; uvicorn's would repeat every line without them.
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info", access_log=False)
+    # proxy_headers=False: uvicorn would believe X-Forwarded-For from loopback; the app believes
+    # MASKSCOPE_TRUSTED_PROXIES only.
+    uvicorn.run(
+        create_app(settings), host=host, port=port, log_level="info", access_log=False,
+        proxy_headers=False,
+    )  # fmt: skip
     return 0
+
+
+def _url_host(host: str) -> str:
+    """``host`` as written in a URL: a wildcard address as ``localhost``, IPv6 in brackets."""
+    from app.web.security import is_wildcard
+
+    if is_wildcard(host):
+        return "localhost"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def _hosts_warning(settings: Any) -> str | None:
+    """What the operator must do when every address is bound but no host is named."""
+    from app.web.security import is_wildcard
+
+    if settings.allowed_hosts is not None or not is_wildcard(settings.host):
+        return None
+    return (
+        f"warning: --host {settings.host} listens on every address, but MASKSCOPE_ALLOWED_HOSTS "
+        "is not set: only localhost, 127.0.0.1 and [::1] are answered (other Host headers get "
+        "403 forbidden_origin, a DNS rebinding defence). Set MASKSCOPE_ALLOWED_HOSTS to the "
+        "names clients use, e.g. MASKSCOPE_ALLOWED_HOSTS=maskscope.example,10.0.0.5"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -207,3 +207,10 @@ class PermalinkNotFound(MaskscopeError):
     """No permalink has this id."""
 
     code = "permalink_not_found"
+
+
+class ForbiddenOrigin(MaskscopeError):
+    """A request this server refuses to answer: a Host it does not serve (DNS rebinding), a
+    state-changing request from another site, or a page request without its CSRF token."""
+
+    code = "forbidden_origin"

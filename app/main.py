@@ -13,9 +13,16 @@ from app import __version__
 from app.engine import Engine
 from app.settings import Settings
 from app.web import api, doctor, export, pages, schema_tests, tests_panel
-from app.web.errors import install_error_handlers
+from app.web.errors import FORBIDDEN_RESPONSE, install_error_handlers
 from app.web.limits import BodyLimit
 from app.web.requestlog import RequestLog
+from app.web.security import (
+    CsrfSigner,
+    SecurityGate,
+    TrustedProxies,
+    allowed_hosts,
+    load_secret,
+)
 from app.web.state import STATIC_DIR, AppState, release_memory
 
 __all__ = ["create_app"]
@@ -62,10 +69,18 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         version=__version__,
         description="See what xgrammar's token mask allows and blocks, step by step.",
         lifespan=lifespan,
+        responses=FORBIDDEN_RESPONSE,
     )
     app.state.maskscope = state
     install_error_handlers(app)
-    app.add_middleware(BodyLimit, max_bytes=state.settings.max_body_bytes)
+    settings = state.settings
+    # Outermost last: the log sees every answer, the proxies' headers are read before the
+    # Host check, and a refused request never reaches the body limit or a route.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    signer = CsrfSigner(load_secret(settings))
+    app.add_middleware(SecurityGate, hosts=allowed_hosts(settings), signer=signer)
+    app.state.csrf_signer = signer
+    app.add_middleware(TrustedProxies, proxies=settings.trusted_proxies)
     app.add_middleware(RequestLog)
     app.include_router(api.router)
     app.include_router(export.router)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = ["EMBEDDED_HF_ID", "EMBEDDED_MODEL", "LOCAL_MODEL_ID", "RemoteEngineSpec", "Settings"]
 
@@ -21,6 +23,10 @@ EMBEDDED_HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 LOCAL_MODEL_ID = "local"
 
 _BASE_URL = re.compile(r"https?://[^\s/?#@]+(/[^\s?#]*)?/v1\Z")
+# A host name or an IP address, with an optional port (a bare IPv6 address has none).
+_HOST = re.compile(
+    r"(\[[0-9A-Fa-f:.]+\](:\d+)?|[0-9A-Fa-f]*:[0-9A-Fa-f:.]+|[A-Za-z0-9_.-]+(:\d+)?)\Z"
+)
 
 
 class RemoteEngineSpec(BaseModel):
@@ -115,6 +121,13 @@ class Settings(BaseSettings):
         remote_timeout_s: how long a remote engine may take to answer one request.
         host: address ``python -m app serve`` binds by default.
         port: port ``python -m app serve`` binds by default.
+        allowed_hosts: the host names (ports ignored) this server answers to, a JSON list or
+            comma-separated; others get 403 ``forbidden_origin`` (DNS rebinding). None: ``host``
+            (unless it is a wildcard address), ``localhost``, ``127.0.0.1`` and ``[::1]``.
+        trusted_proxies: addresses or CIDR networks whose ``X-Forwarded-For``, ``-Proto`` and
+            ``-Host`` headers are believed (JSON list or comma-separated); none by default.
+        secret: signs the page's CSRF tokens, so that every replica sharing it verifies them;
+            unset, one is generated once and kept in ``cache_dir/secret`` (mode 0600).
     """
 
     model_config = SettingsConfigDict(env_prefix="MASKSCOPE_", extra="ignore")
@@ -147,11 +160,56 @@ class Settings(BaseSettings):
     remote_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
+    allowed_hosts: Annotated[list[str] | None, NoDecode] = None
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    secret: SecretStr | None = None
 
     @property
     def replay_token_cap(self) -> int:
         """The most tokens a replay walks: ``replay_max_tokens``, or ``max_tokens_cap``."""
         return self.replay_max_tokens or self.max_tokens_cap
+
+    @field_validator("allowed_hosts", "trusted_proxies", mode="before")
+    @classmethod
+    def _listed(cls, value: Any) -> Any:
+        # An environment variable: a JSON list, or the friendlier ``a.example,b.example``.
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [item.strip() for item in text.split(",") if item.strip()]
+        return value
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, hosts: list[str] | None) -> list[str] | None:
+        if hosts is None:
+            return None
+        bad = [h for h in hosts if not _HOST.match(h)]
+        if bad:
+            raise ValueError(
+                f"allowed hosts are host names or addresses (a port is ignored), got {bad!r}"
+            )
+        return hosts
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, proxies: list[str]) -> list[str]:
+        for proxy in proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"trusted proxies are IP addresses or CIDR networks, got {proxy!r}"
+                ) from None
+        return proxies
+
+    @field_validator("secret")
+    @classmethod
+    def _long_enough(cls, secret: SecretStr | None) -> SecretStr | None:
+        if secret is not None and len(secret.get_secret_value()) < 16:
+            raise ValueError("the secret must be at least 16 characters long (32 random is good)")
+        return secret
 
     @field_validator("remote_engines")
     @classmethod

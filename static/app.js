@@ -109,6 +109,10 @@
   }
 
   Object.assign(MS, { refresh, applyChipFilter });
+  // Bound at once, not in bind(): htmx may send a request while it first processes the page.
+  document.addEventListener("htmx:configRequest", (event) => Object.assign(event.detail.headers, MS.csrfHeaders()));
+  // The setup form is never submitted (the CSP refuses an inline onsubmit): htmx posts it.
+  document.addEventListener("submit", (event) => { if (event.target.id === "config") event.preventDefault(); });
   document.addEventListener("DOMContentLoaded", bind);
   // The public handle other scripts (export.js) and tests use.
   window.maskscope = { ui, select: MS.select, step: MS.step, back: MS.back, runOrPause: MS.runOrPause, reset: MS.reset };

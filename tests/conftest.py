@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -9,12 +10,18 @@ from collections.abc import Iterator
 
 import pytest
 import uvicorn
+from fastapi.testclient import TestClient
 
 from app.engine import Engine
 from app.engine.model import checkpoint_source
 from app.main import create_app
 from app.settings import Settings
+from app.web.security import CSRF_COOKIE, CSRF_HEADER, CsrfSigner
 from tests.vllm_server import VllmServer
+
+# The in-process client sends `Host: testserver`: the tests' apps answer to it besides the
+# default hosts (tests/web/test_security.py checks the defaults without this).
+os.environ["MASKSCOPE_ALLOWED_HOSTS"] = "testserver,localhost,127.0.0.1,[::1]"
 
 # vLLM servers the collected tests ask for, started in the background as soon as they are known
 # (start-up takes minutes): the default flags (the whole vocabulary's logprobs), and vLLM's
@@ -81,6 +88,15 @@ def engine(settings: Settings) -> Iterator[Engine]:
     loaded.close()
 
 
+def as_page(client: TestClient) -> TestClient:
+    """``client`` with what the page sends: its CSRF cookie and the matching token header."""
+    signer: CsrfSigner = client.app.state.csrf_signer  # type: ignore[attr-defined]
+    nonce = signer.new_nonce()
+    client.cookies.set(CSRF_COOKIE, nonce)
+    client.headers[CSRF_HEADER] = signer.token(nonce)
+    return client
+
+
 def free_port() -> int:
     """A loopback port nothing listens on now."""
     with socket.socket() as sock:
@@ -99,7 +115,9 @@ def serve(settings: Settings, engine: Engine) -> Iterator[str]:
     """An app with ``settings`` around ``engine``, served by uvicorn in a thread: its root URL,
     until the generator is closed (a fixture's body)."""
     port = free_port()
-    config = uvicorn.Config(create_app(settings, engine=engine), port=port, log_level="warning")
+    app = create_app(settings, engine=engine)
+    # As `python -m app serve`: no X-Forwarded-* from loopback unless MASKSCOPE_TRUSTED_PROXIES.
+    config = uvicorn.Config(app, port=port, log_level="warning", proxy_headers=False)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -8,11 +8,12 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app import exceptions as exc
 
-__all__ = ["STATUS", "error_response", "install_error_handlers"]
+__all__ = ["FORBIDDEN_RESPONSE", "STATUS", "ErrorOut", "error_response", "install_error_handlers"]
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +22,7 @@ STATUS: dict[type[exc.MaskscopeError], int] = {
     exc.GrammarTooComplex: 422,
     exc.SandboxUnconfined: 422,
     exc.InvalidInput: 422,
+    exc.ForbiddenOrigin: 403,
     exc.TokenRefused: 409,
     exc.SessionFinished: 409,
     exc.RunInProgress: 409,
@@ -36,6 +38,32 @@ STATUS: dict[type[exc.MaskscopeError], int] = {
     exc.EngineUnreachable: 502,
     exc.EngineError: 502,
     exc.EngineTimeout: 504,
+}
+
+
+class ErrorDetail(BaseModel):
+    """The ``error`` object of every error answer."""
+
+    message: str
+    code: str
+    line: int | None = None
+    column: int | None = None
+    pointer: str | None = None
+
+
+class ErrorOut(BaseModel):
+    """Every error answer: ``{"error": {"message", "code", "line"?, "column"?, "pointer"?}}``."""
+
+    error: ErrorDetail
+
+
+#: The OpenAPI entry of the 403 any route may answer (app/web/security.py).
+FORBIDDEN_RESPONSE: dict[int | str, dict[str, Any]] = {
+    403: {
+        "model": ErrorOut,
+        "description": "`forbidden_origin`: a Host outside MASKSCOPE_ALLOWED_HOSTS, a "
+        "state-changing request from another origin, or a page request without its CSRF token",
+    }
 }
 _HTTP_CODES = {400: "malformed", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 

@@ -36,8 +36,13 @@ window.MS = (() => {
     return chain;
   }
 
+  // The page's CSRF token (app/web/security.py): htmx sends it on every request (app.js), and
+  // so must every fetch() that changes state.
+  const meta = (name) => (document.querySelector(`meta[name="${name}"]`) || { content: "" }).content;
+  const csrfHeaders = () => ({ "X-CSRF-Token": meta("csrf-token") });
+
   const isAllowed = (words, id) => ((words[id >>> 5] >>> (id & 31)) & 1) === 1;
   const visible = (text) => (text === "" ? "∅" : text.replace(/ /g, "·").replace(/\n/g, "↵").replace(/\t/g, "⇥"));
 
-  return { $, $$, ui, toast, enqueue, isAllowed, visible };
+  return { $, $$, ui, toast, enqueue, isAllowed, visible, meta, csrfHeaders };
 })();

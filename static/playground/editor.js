@@ -26,6 +26,7 @@
         doc: textarea.value,
         extensions: [
           CM.basicSetup, CM.lintGutter(), CM.EditorView.lineWrapping, lang.of(languageFor(ui.kind)),
+          CM.EditorView.cspNonce.of(MS.meta("csp-nonce")),  // its <style> elements, under the CSP
           CM.EditorView.updateListener.of((update) => {
             if (!update.docChanged) return;
             textarea.value = update.state.doc.toString();

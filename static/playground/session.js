@@ -74,7 +74,7 @@
 
   async function runOrPause() {
     if (ui.running) {
-      await fetch(`/ui/sessions/${ui.sessionId}/pause`, { method: "POST" });
+      await fetch(`/ui/sessions/${ui.sessionId}/pause`, { method: "POST", headers: MS.csrfHeaders() });
       return;
     }
     const id = await ensureSession();
@@ -92,7 +92,7 @@
     setRunning(false);
     const runner = $("#runner");
     if (runner) runner.outerHTML = '<div id="runner"></div>';
-    if (id) fetch(`/ui/sessions/${id}/pause`, { method: "POST" }).catch(() => {});
+    if (id) fetch(`/ui/sessions/${id}/pause`, { method: "POST", headers: MS.csrfHeaders() }).catch(() => {});
   }
 
   function runEnded() {

@@ -28,13 +28,31 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
+# The page's CSP violations (app/web/security.py), as the page itself hears of them; the init
+# script runs outside the page's CSP.
+REPORT_CSP_VIOLATIONS = """
+document.addEventListener("securitypolicyviolation", (e) => console.error(
+  `CSP violation: ${e.violatedDirective} blocked ${e.blockedURI || "inline"}`
+  + ` at ${e.sourceFile}:${e.lineNumber}`));
+"""
+
+
+def csp_violations(messages: list[str]) -> list[str]:
+    """The console lines that report a CSP violation (ours, or chromium's own "Refused to")."""
+    return [m for m in messages if "CSP violation" in m or "Content Security Policy" in m]
+
+
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    """A fresh 1280x800 page whose script errors fail the test."""
+    """A fresh 1280x800 page whose script errors and CSP violations fail the test."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context.add_init_script(REPORT_CSP_VIOLATIONS)
     opened = context.new_page()
     errors: list[str] = []
+    console: list[str] = []
     opened.on("pageerror", lambda error: errors.append(str(error)))
+    opened.on("console", lambda message: console.append(message.text))
     yield opened
     context.close()
     assert errors == [], errors
+    assert csp_violations(console) == [], csp_violations(console)

@@ -13,6 +13,7 @@ from app.engine import Engine
 from app.examples import load_examples
 from app.main import create_app
 from app.settings import Settings
+from tests.conftest import as_page
 
 NESTED_SOURCE = next(e for e in load_examples() if e.id == "nested").source()
 
@@ -25,9 +26,9 @@ def app(engine: Engine) -> FastAPI:
 
 @pytest.fixture(scope="module")
 def client(app: FastAPI) -> Iterator[TestClient]:
-    """An in-process client (lifespan included)."""
+    """An in-process client (lifespan included) carrying the page's CSRF cookie and token."""
     with TestClient(app) as test_client:
-        yield test_client
+        yield as_page(test_client)
 
 
 def session_body(**overrides: Any) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from app.settings import Settings
 from app.web import sharing
 from app.web.models import PermalinkIn
 from app.web.state import AppState
+from tests.conftest import as_page
 from tests.engine.remote.conftest import spec_for
 from tests.web.conftest import session_body
 from tests.web.test_pages import HX, _form
@@ -36,7 +37,7 @@ def client(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         while "connecting" in str(_listed(test_client)["down"]["reason"]):
             assert time.monotonic() < deadline, _listed(test_client)
             time.sleep(0.2)
-        yield test_client
+        yield as_page(test_client)
 
 
 def _listed(client: TestClient) -> dict[str, dict[str, Any]]:

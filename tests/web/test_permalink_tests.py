@@ -19,6 +19,7 @@ from app.store.permalinks import canonical_id, canonical_json
 from app.store.snapshot_format import V1_FIELDS
 from app.web.models import PermalinkIn
 from app.web.sharing import _DEFAULTS, snapshot_of_request
+from tests.conftest import as_page
 from tests.web.conftest import session_body
 
 OLD = json.loads((Path(__file__).parent.parent / "fixtures" / "permalink-v1.json").read_text())
@@ -37,7 +38,7 @@ def shared_app(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Fast
 @pytest.fixture(scope="module")
 def api(shared_app: FastAPI) -> Iterator[TestClient]:
     with TestClient(shared_app) as test_client:
-        yield test_client
+        yield as_page(test_client)
 
 
 def test_an_old_permalink_keeps_its_id() -> None:

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
-from tests.conftest import free_port
+from tests.conftest import as_page, free_port
 from tests.web.conftest import session_body
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -39,7 +39,7 @@ def shared_app(engine: Engine, db_path: Path) -> FastAPI:
 @pytest.fixture(scope="module")
 def api(shared_app: FastAPI) -> Iterator[TestClient]:
     with TestClient(shared_app) as test_client:
-        yield test_client
+        yield as_page(test_client)
 
 
 def _untimed(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
