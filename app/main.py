@@ -13,6 +13,7 @@ from app import __version__
 from app.engine import Engine
 from app.settings import Settings
 from app.web import api, doctor, export, pages, schema_tests, tests_panel
+from app.web.clients import ClientIdentity
 from app.web.errors import install_error_handlers
 from app.web.limits import BodyLimit
 from app.web.requestlog import RequestLog
@@ -65,6 +66,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     )
     app.state.maskscope = state
     install_error_handlers(app)
+    # First, so innermost: it reads the client address after any middleware that rewrites it.
+    app.add_middleware(ClientIdentity)
     app.add_middleware(BodyLimit, max_bytes=state.settings.max_body_bytes)
     app.add_middleware(RequestLog)
     app.include_router(api.router)
