@@ -102,9 +102,10 @@ class WorkPool:
                     "waiting); try again in a moment"
                 )
             if self._threads_busy < self.threads:
+                # Submitted first, so a refusal counts nothing; its end waits for this lock.
+                self._pool.submit(self._work, job)
                 self._threads_busy += 1
                 self._start(job)
-                self._pool.submit(self._work, job)
                 return
             mine = self._waiting.setdefault(job.client, deque())
             if self.queue_per_client is not None and len(mine) >= self.queue_per_client:

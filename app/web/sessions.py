@@ -130,11 +130,16 @@ class SessionStore:
         """``client``'s least recently used idle session."""
         return next((h for h in self._live.values() if h.client == client and not h.busy), None)
 
+    def _share(self, client: str) -> int:
+        """Each client's fair share of the sessions: the cap over the clients holding sessions,
+        ``client`` included."""
+        return self.max_sessions // len({h.client for h in self._live.values()} | {client})
+
     def _over_share(self, client: str) -> SessionHandle | None:
-        """The least recently used idle session of the client most over its fair share, when
-        another client than ``client`` holds more than its share."""
+        """The least recently used idle session of the client holding the most sessions, among
+        those holding more than their fair share."""
         held = Counter(h.client for h in self._live.values())
-        share = self.max_sessions // len(set(held) | {client})
+        share = self._share(client)
         idle = [h for h in self._live.values() if not h.busy and held[h.client] > share]
         # max() keeps the first of equals: the least recently used of the heaviest clients.
         return max(idle, key=lambda h: held[h.client], default=None)
@@ -171,8 +176,8 @@ class SessionStore:
                         f"all {self.max_sessions} sessions are busy; try again in a moment"
                     )
                 raise CapacityExceeded(
-                    f"all {self.max_sessions} sessions are held by other clients, none past "
-                    "its fair share; try again when one expires or is closed"
+                    f"all {self.max_sessions} sessions are busy or held by clients within their "
+                    f"fair share ({self._share(client)} each); try again later"
                 )
             self._end(victim.id, "was evicted to make room for a newer session")
         handle = SessionHandle(

@@ -19,6 +19,7 @@ import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
+from fastapi.testclient import TestClient
 
 from app.engine import Engine
 from app.exceptions import CapacityExceeded
@@ -325,3 +326,23 @@ def test_twenty_slow_pydantic_sources_from_one_client_leave_another_room(engine:
             thread.join(timeout=180)
     admitted = [answers.get_nowait() for _ in range(8)]
     assert [r.json()["error"]["code"] for r in admitted] == ["pydantic_error"] * 8
+
+
+def test_the_client_is_the_address_a_middleware_outside_rewrote(engine: Engine) -> None:
+    # What the trusted-proxy handling does with X-Forwarded-For: the caps follow its address.
+    app = create_app(Settings(), engine=engine)
+
+    class Forwarded:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                scope["client"] = ("203.0.113.9", 4000)
+            await self.inner(scope, receive, send)
+
+    app.add_middleware(Forwarded)
+    with TestClient(app, client=("10.0.0.1", 123)) as client:
+        assert client.post("/api/sessions", json=session_body()).status_code == 200
+    store = app.state.maskscope.sessions
+    assert (store.held_by("203.0.113.9"), store.held_by("10.0.0.1")) == (1, 0)
