@@ -102,6 +102,8 @@ class Settings(BaseSettings):
         messages_max_bytes: the largest prompt accepted (all messages together).
         max_body_bytes: the largest request body accepted (413 beyond).
         max_sessions: live sessions kept at once; the least recently used idle one is evicted.
+        max_sessions_per_client: live sessions one client address keeps at once (at most
+            ``max_sessions``); past it, the client's own least recently used idle one is evicted.
         session_ttl_s: a session unused for this long expires.
         max_kv_mb: the KV caches and step records of all sessions together; least recently
             used idle sessions are evicted above it.
@@ -116,6 +118,9 @@ class Settings(BaseSettings):
             sources are refused unless the kernel contains the sandbox fully.
         queue_max: requests that may wait for a compile worker, for a sandbox process, and for a
             replay thread (each); more are refused with 429.
+        queue_max_per_client: requests one client address may have waiting in each of those
+            queues (at most ``queue_max``); more are refused with 429, and a freed worker serves
+            the client with the fewest requests running first.
         replay_max_tokens: the most tokens a replay walks (413 beyond); None: ``max_tokens_cap``.
         remote_engines: vLLM endpoints to drive besides the local model (a JSON list).
         remote_timeout_s: how long a remote engine may take to answer one request.
@@ -145,6 +150,7 @@ class Settings(BaseSettings):
     messages_max_bytes: int = Field(default=32 * 1024, ge=1, le=32 * 1024)
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_sessions: int = Field(default=32, ge=1)
+    max_sessions_per_client: int = Field(default=8, ge=1)
     session_ttl_s: float = Field(default=1800.0, gt=0)
     max_kv_mb: int = Field(default=4096, ge=1)
     db_path: Path = Field(default_factory=_default_db_path)
@@ -155,6 +161,7 @@ class Settings(BaseSettings):
     sandbox_timeout_s: float = Field(default=15.0, gt=0)
     sandbox_allow_weak_containment: Literal["seccomp", "none"] | None = None
     queue_max: int = Field(default=16, ge=0, le=1024)
+    queue_max_per_client: int = Field(default=4, ge=1, le=1024)
     replay_max_tokens: int | None = Field(default=None, ge=1, le=8192)
     remote_engines: list[RemoteEngineSpec] = Field(default_factory=list)
     remote_timeout_s: float = Field(default=60.0, gt=0, le=3600)

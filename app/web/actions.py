@@ -21,6 +21,7 @@ from app.engine import (
 )
 from app.exceptions import InvalidInput, RunInProgress
 from app.sandbox.sandbox import PydanticSchema
+from app.web.clients import current_client
 from app.web.models import GrammarIn, ReplayIn, SessionIn
 from app.web.sessions import SessionHandle
 from app.web.state import AppState
@@ -140,7 +141,7 @@ async def create_session(state: AppState, body: SessionIn) -> SessionHandle:
     pydantic = None
     if resolved.pydantic is not None:
         pydantic = (body.grammar.source, body.grammar.options.root_model)
-    handle = state.sessions.add(session, request, pydantic)
+    handle = state.sessions.add(session, request, pydantic, client=current_client())
     state.sessions.enforce_memory(keep=handle)
     return handle
 

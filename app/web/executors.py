@@ -4,7 +4,9 @@ asyncio's default executor has ``cpu_count + 4`` threads: a few compiles waiting
 process, or a few sandbox runs, would fill it and leave a step waiting behind them. Here steps
 (forward passes) have a pool sized for every live session; compiles, sandbox runs and replay
 walks each have a pool sized for the processes or cores they use, and a bounded queue: past it,
-the request is refused (429) rather than left waiting with the others.
+the request is refused (429) rather than left waiting with the others. The queue is shared fairly
+between clients: each may keep a few jobs waiting, and a freed thread serves the client with the
+fewest jobs running, so one client's flood never stands in front of another's request.
 """
 
 from __future__ import annotations
@@ -12,17 +14,20 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import itertools
 import threading
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar, cast
 
 import anyio
 
 from app.doctor.doctor import RUNNING_AT_ONCE
 from app.exceptions import CapacityExceeded
 from app.settings import Settings
+from app.web.clients import current_client
 
 __all__ = ["Pools", "WorkPool"]
 
@@ -30,60 +35,144 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+class _Job:
+    """One call waiting for (or running on) a thread, and the client it is for."""
+
+    __slots__ = ("call", "client", "future")
+
+    def __init__(self, client: str, call: Callable[[], object]) -> None:
+        self.client = client
+        self.call = call
+        self.future: Future[object] = Future()
+
+
 class WorkPool:
-    """A thread pool for one kind of blocking work, awaited from the event loop.
+    """A thread pool for one kind of blocking work, awaited from the event loop, shared fairly
+    between clients (:func:`~app.web.clients.current_client`).
+
+    Waiting jobs are not served first come, first served: when a thread frees, it takes the
+    oldest waiting job of the client with the fewest jobs running, ties going to the client
+    served least recently. A second client's job therefore waits for at most the jobs already
+    running, never for the first client's queue. Each client may also keep only
+    ``queue_per_client`` jobs waiting, so one client cannot fill the queue for everyone.
 
     Args:
         name: what the work is, for the 429 message ("compile", "sandbox run"...).
         threads: jobs running at once.
         queue: jobs that may wait for a thread; None for no bound (the caller bounds them).
+        queue_per_client: jobs one client may have waiting; None for no bound but ``queue``.
     """
 
-    def __init__(self, name: str, *, threads: int, queue: int | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        threads: int,
+        queue: int | None = None,
+        queue_per_client: int | None = None,
+    ) -> None:
         self.name = name
         self.threads = threads
         self.queue = queue
+        self.queue_per_client = queue_per_client
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix=f"maskscope-{name}")
-        self._pending = 0
-        self._count_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._waiting: dict[str, deque[_Job]] = {}
+        self._running: dict[str, int] = {}
+        self._served: dict[str, int] = {}  # when each client with jobs last had one started
+        self._serial = itertools.count()
+        self._threads_busy = 0
+        self._closed = False
 
     @property
     def pending(self) -> int:
         """Jobs submitted and not finished (running or waiting)."""
-        return self._pending
+        with self._lock:
+            return sum(self._running.values()) + sum(map(len, self._waiting.values()))
 
-    def _admit(self) -> None:
-        with self._count_lock:
-            if self.queue is not None and self._pending >= self.threads + self.queue:
+    def _admit(self, job: _Job) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"the {self.name} pool is shut down")
+            running = sum(self._running.values())
+            waiting = sum(map(len, self._waiting.values()))
+            if self.queue is not None and running + waiting >= self.threads + self.queue:
                 raise CapacityExceeded(
                     f"too many {self.name}s at once ({self.threads} running, {self.queue} "
                     "waiting); try again in a moment"
                 )
-            self._pending += 1
+            if self._threads_busy < self.threads:
+                # Submitted first, so a refusal counts nothing; its end waits for this lock.
+                self._pool.submit(self._work, job)
+                self._threads_busy += 1
+                self._start(job)
+                return
+            mine = self._waiting.setdefault(job.client, deque())
+            if self.queue_per_client is not None and len(mine) >= self.queue_per_client:
+                if not mine:
+                    del self._waiting[job.client]
+                raise CapacityExceeded(
+                    f"too many {self.name}s at once from {job.client}: {len(mine)} of yours "
+                    f"wait already (at most {self.queue_per_client} per client); try again "
+                    "when one is done"
+                )
+            mine.append(job)
 
-    def _release(self, *_: object) -> None:
-        with self._count_lock:
-            self._pending -= 1
+    def _start(self, job: _Job) -> None:
+        """Count ``job`` as running (under the lock)."""
+        self._running[job.client] = self._running.get(job.client, 0) + 1
+        self._served[job.client] = next(self._serial)
+
+    def _next(self, done: _Job) -> _Job | None:
+        """Count ``done`` as over and pick the job its thread runs next (None: the thread rests)."""
+        with self._lock:
+            client = done.client
+            self._running[client] -= 1
+            if not self._running[client]:
+                del self._running[client]
+                if client not in self._waiting:
+                    del self._served[client]
+            if not self._waiting:
+                self._threads_busy -= 1
+                return None
+            turn = min(
+                self._waiting,
+                key=lambda c: (self._running.get(c, 0), self._served.get(c, -1)),
+            )
+            queued = self._waiting[turn]
+            job = queued.popleft()
+            if not queued:
+                del self._waiting[turn]
+            self._start(job)
+            return job
+
+    def _work(self, first: _Job) -> None:
+        job: _Job | None = first
+        while job is not None:
+            if job.future.set_running_or_notify_cancel():
+                try:
+                    result = job.call()
+                except BaseException as error:  # handed to the caller, like an executor does
+                    job.future.set_exception(error)
+                else:
+                    job.future.set_result(result)
+            job = self._next(job)
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run ``fn`` on a thread of this pool and return its result.
+        """Run ``fn`` on a thread of this pool, in the caller's context, and return its result.
 
         A thread cannot be stopped, so a caller cancelled meanwhile (its client left) waits for
         it before the cancellation goes on: a lock held around this call (a session's) is then
         released only once the work is really over.
 
         Raises:
-            CapacityExceeded: every thread is busy and the queue is full.
+            CapacityExceeded: every thread is busy and the queue is full, or this client has
+                its share of the queue waiting already.
         """
-        self._admit()
         context = contextvars.copy_context()
-        try:
-            future = self._pool.submit(context.run, functools.partial(fn, *args, **kwargs))
-        except RuntimeError:  # shut down
-            self._release()
-            raise
-        future.add_done_callback(self._release)
-        waiting = asyncio.wrap_future(future)
+        job = _Job(current_client(), functools.partial(context.run, fn, *args, **kwargs))
+        self._admit(job)
+        waiting = asyncio.wrap_future(job.future)
         # Starlette and sse-starlette cancel through anyio, which would cancel every await here
         # again and again: shield from it. A plain asyncio cancel still gets through: wait then.
         with anyio.CancelScope(shield=True):
@@ -94,11 +183,17 @@ class WorkPool:
                 if not waiting.cancelled():
                     waiting.exception()  # retrieved: the caller is gone, nobody else will
                 raise
-        return result
+        return cast(T, result)
 
     def shutdown(self) -> None:
         """Drop the jobs still waiting; running ones finish on their own."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            self._closed = True
+            dropped = [job for queued in self._waiting.values() for job in queued]
+            self._waiting.clear()
+        for job in dropped:
+            job.future.cancel()
+        self._pool.shutdown(wait=False)
 
 
 @dataclass(frozen=True)
@@ -127,13 +222,17 @@ class Pools:
     @classmethod
     def create(cls, settings: Settings) -> Pools:
         """Pools sized by the settings."""
-        queue = settings.queue_max
+        bounded = functools.partial(
+            WorkPool,
+            queue=settings.queue_max,
+            queue_per_client=min(settings.queue_max_per_client, settings.queue_max),
+        )
         return cls(
             steps=WorkPool("step", threads=settings.max_sessions),
-            compiles=WorkPool("compile", threads=settings.compile_workers, queue=queue),
-            sandbox=WorkPool("sandbox run", threads=settings.sandbox_workers, queue=queue),
-            replays=WorkPool("replay", threads=settings.compile_workers, queue=queue),
-            doctors=WorkPool("examination", threads=RUNNING_AT_ONCE, queue=queue),
+            compiles=bounded("compile", threads=settings.compile_workers),
+            sandbox=bounded("sandbox run", threads=settings.sandbox_workers),
+            replays=bounded("replay", threads=settings.compile_workers),
+            doctors=bounded("examination", threads=RUNNING_AT_ONCE),
         )
 
     def shutdown(self) -> None:

@@ -1,17 +1,19 @@
-"""Live sessions by id: a cap, idle expiry, least-recently-used eviction of idle sessions only,
-a memory budget, one run at a time."""
+"""Live sessions by id: a cap, a cap per client, idle expiry, eviction of idle sessions only (the
+requester's own first, another client's only past its fair share), a memory budget, one run at a
+time."""
 
 from __future__ import annotations
 
 import asyncio
 import secrets
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine import Session, StopReason, Validation
 from app.exceptions import CapacityExceeded, SessionGone, SessionNotFound
+from app.web.clients import UNKNOWN
 
 __all__ = ["SessionHandle", "SessionStore"]
 
@@ -35,6 +37,7 @@ class SessionHandle:
         pydantic: the Pydantic source and root model, when the grammar came from one (the
             output is then validated with the model itself, in the sandbox).
         validated: the last validation, with the output (text and stop reason) it was for.
+        client: the address of the client that opened it (the key of the per-client caps).
     """
 
     id: str
@@ -48,6 +51,7 @@ class SessionHandle:
     pydantic: tuple[str, str | None] | None = None
     validated: tuple[tuple[str, StopReason | None], Validation] | None = None
     last_used: float = field(default_factory=time.monotonic)
+    client: str = UNKNOWN
 
     @property
     def busy(self) -> bool:
@@ -61,20 +65,39 @@ class SessionHandle:
 
 
 class SessionStore:
-    """The live sessions of one app.
+    """The live sessions of one app, shared fairly between the clients that open them.
+
+    Only idle sessions are ever evicted (a busy one is running an action or a stream), least
+    recently used first, by these rules:
+
+    - A client holding ``max_sessions_per_client`` sessions that opens another loses its own
+      least recently used idle one (429 when all of its sessions are busy).
+    - When the store is full, the requester's own idle sessions go first. Failing those, the
+      victim is an idle session of a client holding more than its fair share,
+      ``max_sessions // clients`` (the clients holding sessions, the requester included):
+      the client holding the most sessions, its least recently used one. A client within its
+      share never loses a session to another (429 then).
+    - Above the memory budget, the client whose sessions hold the most memory loses its least
+      recently used idle session first, and so on until the budget holds.
 
     Args:
-        max_sessions: the cap; when full, the least recently used session that is not busy is
-            evicted (its page is told so), or the new one is refused (429).
+        max_sessions: the cap on live sessions.
         ttl_s: a session unused for this long expires (unless busy).
-        max_memory_bytes: the KV caches and step records of all sessions together; above it,
-            the least recently used sessions that are not busy are evicted.
+        max_memory_bytes: the KV caches and step records of all sessions together.
+        max_sessions_per_client: the cap on one client's live sessions; None (or
+            ``max_sessions`` or more) for no cap but ``max_sessions``.
     """
 
     def __init__(
-        self, max_sessions: int, ttl_s: float, max_memory_bytes: int | None = None
+        self,
+        max_sessions: int,
+        ttl_s: float,
+        max_memory_bytes: int | None = None,
+        *,
+        max_sessions_per_client: int | None = None,
     ) -> None:
         self.max_sessions = max_sessions
+        self.max_sessions_per_client = min(max_sessions_per_client or max_sessions, max_sessions)
         self.ttl_s = ttl_s
         self.max_memory_bytes = max_memory_bytes
         self._live: OrderedDict[str, SessionHandle] = OrderedDict()
@@ -99,26 +122,67 @@ class SessionStore:
                 ended += 1
         return ended
 
+    def held_by(self, client: str) -> int:
+        """How many live sessions ``client`` holds."""
+        return sum(h.client == client for h in self._live.values())
+
+    def _own_idle(self, client: str) -> SessionHandle | None:
+        """``client``'s least recently used idle session."""
+        return next((h for h in self._live.values() if h.client == client and not h.busy), None)
+
+    def _share(self, client: str) -> int:
+        """Each client's fair share of the sessions: the cap over the clients holding sessions,
+        ``client`` included."""
+        return self.max_sessions // len({h.client for h in self._live.values()} | {client})
+
+    def _over_share(self, client: str) -> SessionHandle | None:
+        """The least recently used idle session of the client holding the most sessions, among
+        those holding more than their fair share."""
+        held = Counter(h.client for h in self._live.values())
+        share = self._share(client)
+        idle = [h for h in self._live.values() if not h.busy and held[h.client] > share]
+        # max() keeps the first of equals: the least recently used of the heaviest clients.
+        return max(idle, key=lambda h: held[h.client], default=None)
+
     def add(
         self,
         session: Session,
         request: dict[str, Any],
         pydantic: tuple[str, str | None] | None = None,
+        *,
+        client: str = UNKNOWN,
     ) -> SessionHandle:
-        """Register a new session, making room if needed.
+        """Register a new session for ``client``, making room if needed (see the class).
 
         Raises:
-            CapacityExceeded: every slot holds a busy session.
+            CapacityExceeded: the client is at its cap with every session of its own busy, or
+                every slot holds a busy session or one of a client within its fair share.
         """
         self.expire()
-        while len(self._live) >= self.max_sessions:
-            victim = next((h for h in self._live.values() if not h.busy), None)
-            if victim is None:
+        cap = self.max_sessions_per_client
+        if cap < self.max_sessions and self.held_by(client) >= cap:
+            own = self._own_idle(client)
+            if own is None:
                 raise CapacityExceeded(
-                    f"all {self.max_sessions} sessions are busy; try again in a moment"
+                    f"all {cap} sessions of {client} are busy (a client holds at most {cap}); "
+                    "try again in a moment"
+                )
+            self._end(own.id, "was evicted to make room for a newer session of the same client")
+        while len(self._live) >= self.max_sessions:
+            victim = self._own_idle(client) or self._over_share(client)
+            if victim is None:
+                if all(h.busy for h in self._live.values()):
+                    raise CapacityExceeded(
+                        f"all {self.max_sessions} sessions are busy; try again in a moment"
+                    )
+                raise CapacityExceeded(
+                    f"all {self.max_sessions} sessions are busy or held by clients within their "
+                    f"fair share ({self._share(client)} each); try again later"
                 )
             self._end(victim.id, "was evicted to make room for a newer session")
-        handle = SessionHandle(secrets.token_urlsafe(12), session, request, pydantic=pydantic)
+        handle = SessionHandle(
+            secrets.token_urlsafe(12), session, request, pydantic=pydantic, client=client
+        )
         self._live[handle.id] = handle
         return handle
 
@@ -127,17 +191,24 @@ class SessionStore:
         return sum(h.memory_bytes for h in self._live.values())
 
     def enforce_memory(self, keep: SessionHandle | None = None) -> None:
-        """Evict least recently used sessions, busy ones spared, while memory exceeds the budget."""
+        """While memory exceeds the budget, evict the least recently used idle session (never
+        ``keep``) of the client whose sessions hold the most memory."""
         if self.max_memory_bytes is None:
             return
-        total = self.memory_bytes()
-        for handle in list(self._live.values()):
-            if total <= self.max_memory_bytes:
+        sizes = {h.id: h.memory_bytes for h in self._live.values()}
+        held: Counter[str] = Counter()
+        for handle in self._live.values():
+            held[handle.client] += sizes[handle.id]
+        total = sum(sizes.values())
+        while total > self.max_memory_bytes:
+            idle = [h for h in self._live.values() if h is not keep and not h.busy]
+            if not idle:
                 return
-            if handle is keep or handle.busy:
-                continue
-            total -= handle.memory_bytes
-            self._end(handle.id, "was evicted to free memory for other sessions")
+            # max() keeps the first of equals: the least recently used of the heaviest client.
+            victim = max(idle, key=lambda h: held[h.client])
+            total -= sizes[victim.id]
+            held[victim.client] -= sizes[victim.id]
+            self._end(victim.id, "was evicted to free memory for other sessions")
 
     def get(self, session_id: str) -> SessionHandle:
         """The live session ``session_id``, marked as just used.

@@ -53,7 +53,10 @@ class AppState:
         self.remotes = RemoteEngines(settings)
         self.pools = Pools.create(settings)
         self.sessions = SessionStore(
-            settings.max_sessions, settings.session_ttl_s, settings.max_kv_mb * 1024 * 1024
+            settings.max_sessions,
+            settings.session_ttl_s,
+            settings.max_kv_mb * 1024 * 1024,
+            max_sessions_per_client=settings.max_sessions_per_client,
         )
         self.sandbox = Sandbox.from_settings(settings)
         self.store = PermalinkStore(settings.db_path, max_bytes=settings.snapshot_max_bytes)
