@@ -1,0 +1,147 @@
+"""Hostile requests against a live server: does a plain compile and a step stay fast?
+
+Measures, in one run on loopback: the latency of a plain (uncached) compile and of a one-token
+step on an idle server, then again while 8 threads keep sending the attack round's hostile
+requests (#27): catastrophic-backtracking ``pattern`` tests (through ``/api/tests``, a permalink
+and the Doctor) and ``$ref``s to a local HTTP listener and to a local file. Prints both medians
+and their ratios, the hostile answers by status (target: 4xx or 200, never 5xx), how many
+connections the listener received and whether the file's content came back (target: none).
+
+The Doctor's own memory and time bounds (#27 item 4: a huge ``minItems`` or ``minLength``) belong
+to the Doctor's issue (#25) and are not sent here.
+
+Usage: ``.venv/bin/python bench/hostile.py [--seconds 20]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import httpx
+from live_server import live_server
+
+_SECRET = "maskscope-bench-secret-7f3a"
+_REDOS = {"type": "string", "pattern": "^(a+)+$"}
+_REDOS_TESTS = [{"text": json.dumps("a" * 28 + "!"), "expect": "fail"}] * 100
+
+
+class _Listener(http.server.BaseHTTPRequestHandler):
+    connections = 0
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        type(self).connections += 1
+        body = json.dumps({"const": _SECRET}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def _grammar(schema: object) -> dict[str, object]:
+    return {"kind": "json_schema", "source": json.dumps(schema)}
+
+
+def _hostile(listener_url: str, secret_file: Path) -> list[tuple[str, dict[str, object]]]:
+    remote = {"anyOf": [{"type": "integer"}, {"$ref": f"{listener_url}/secret.json"}]}
+    local = {"anyOf": [{"type": "integer"}, {"$ref": secret_file.as_uri()}]}
+    redos_session: dict[str, object] = {
+        "grammar": _grammar(_REDOS),
+        "messages": [{"role": "user", "content": "a"}],
+        "tests": _REDOS_TESTS,
+    }
+    return [
+        ("/api/tests", {"grammar": _grammar(_REDOS), "tests": _REDOS_TESTS}),
+        ("/api/tests", {"grammar": _grammar(_REDOS), "tests": _REDOS_TESTS}),
+        ("/api/permalinks", redos_session),
+        ("/api/doctor", {"grammar": _grammar(_REDOS), "budget_ms": 2000}),
+        ("/api/compile", _grammar(remote)),
+        ("/api/compile", _grammar(local)),
+        ("/api/tests", {"grammar": _grammar(remote), "tests": [{"text": "1", "expect": "pass"}]}),
+        ("/api/doctor", {"grammar": _grammar(local)}),
+    ]
+
+
+def _timed(call: Callable[[], httpx.Response]) -> float:
+    started = time.perf_counter()
+    call().raise_for_status()
+    return (time.perf_counter() - started) * 1000
+
+
+def _measure(client: httpx.Client, session_id: str, first: int) -> tuple[list[float], list[float]]:
+    compiles, steps = [], []
+    for i in range(first, first + 5):  # a new schema each time: no cache hit
+        schema = {"type": "object", "properties": {f"field_{i}": {"type": "integer"}}}
+        body = _grammar(schema)
+        compiles.append(_timed(partial(client.post, "/api/compile", json=body)))
+        steps.append(_timed(partial(client.post, f"/api/sessions/{session_id}/step")))
+    return compiles, steps
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=20.0, help="how long the attack lasts")
+    args = parser.parse_args()
+    listener = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Listener)
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    listener_url = f"http://127.0.0.1:{listener.server_address[1]}"
+    with tempfile.TemporaryDirectory() as folder:
+        secret_file = Path(folder, "secret.json")
+        secret_file.write_text(json.dumps({"const": _SECRET}))
+        hostile = _hostile(listener_url, secret_file)
+        session = {
+            "grammar": _grammar({"type": "object", "properties": {"name": {"type": "string"}}}),
+            "messages": [{"role": "user", "content": "Name a colour."}],
+            "max_tokens": 400,
+        }
+        with live_server() as (base, _), httpx.Client(base_url=base, timeout=600) as client:
+            session_id = client.post("/api/sessions", json=session).json()["id"]
+            _measure(client, session_id, 0)  # warm: the prompt's forward pass, the workers
+            idle = _measure(client, session_id, 100)
+            statuses: Counter[str] = Counter()
+            leaked = threading.Event()
+            stop = time.monotonic() + args.seconds
+
+            def attack(route: str, body: dict[str, object]) -> None:
+                with httpx.Client(base_url=base, timeout=600) as own:
+                    while time.monotonic() < stop:
+                        answer = own.post(route, json=body)
+                        statuses[f"{route} {answer.status_code}"] += 1
+                        if _SECRET in answer.text:
+                            leaked.set()
+
+            threads = [threading.Thread(target=attack, args=pair) for pair in hostile]
+            for thread in threads:
+                thread.start()
+            time.sleep(1.0)
+            busy = _measure(client, session_id, 200)
+            for thread in threads:
+                thread.join()
+    listener.shutdown()
+    for name, before, during in zip(("compile", "step"), idle, busy, strict=True):
+        calm, loaded = statistics.median(before), statistics.median(during)
+        print(f"{name} p50 idle {calm:.0f} ms, under 8 hostile requests {loaded:.0f} ms: "
+              f"ratio {loaded / calm:.2f}")  # fmt: skip
+    print(f"hostile answers: {dict(sorted(statuses.items()))}")
+    print(
+        f"listener connections: {_Listener.connections}; file content answered: {leaked.is_set()}"
+    )
+    failed = any(int(key.rsplit(" ", 1)[1]) >= 500 for key in statuses)
+    return 1 if failed or _Listener.connections or leaked.is_set() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
