@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from app.doctor import DoctorReport, PydanticSource
     from app.engine import AnyEngine, CompileOptions, GrammarSpec, MaskingLibrary, StepRecord
     from app.schematests import SchemaTestResult
+    from app.settings import Settings
 
 _KIND_BY_SUFFIX = {".json": "json_schema", ".py": "pydantic", ".ebnf": "ebnf", ".regex": "regex"}
 _KINDS = ("json_schema", "pydantic", "ebnf", "regex")
@@ -446,7 +447,7 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def _hosts_warning(settings: Any) -> str | None:
+def _hosts_warning(settings: Settings) -> str | None:
     """What the operator must do when every address is bound but no host is named."""
     from app.web.security import is_wildcard
 

@@ -38,11 +38,13 @@ from app.web.errors import error_response, status_of
 __all__ = [
     "CSRF_COOKIE",
     "CSRF_HEADER",
+    "SECRET_FILE",
     "CsrfSigner",
     "SecurityGate",
     "TrustedProxies",
     "allowed_hosts",
     "host_name",
+    "is_wildcard",
     "load_secret",
 ]
 
