@@ -9,8 +9,9 @@ import pytest
 import referencing.exceptions
 
 from app.doctor.judge import Judge
+from app.engine.ecma_regex import ecma_to_re2
 from app.engine.grammar import GrammarKind, GrammarSpec
-from app.engine.jsonschema_safe import REGISTRY, ecma_to_re2, error_list, schema_validator
+from app.engine.jsonschema_safe import REGISTRY, error_list, schema_validator
 from app.engine.validation import validate_output
 from tests.listener import Listener
 

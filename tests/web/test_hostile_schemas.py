@@ -236,3 +236,13 @@ def test_an_unresolvable_reference_is_a_422(api: TestClient, route: str) -> None
         "'#/$defs/nope' is refused: its target '/$defs/nope' is not in the document"
         in (error["message"])
     )
+
+
+@pytest.mark.parametrize("depth", [900, 20_000])
+@pytest.mark.parametrize("route", ["/api/compile", "/api/tests", "/api/doctor"])
+def test_a_schema_nested_too_deeply_is_a_422(api: TestClient, route: str, depth: int) -> None:
+    source = '{"items": ' * depth + "{}" + "}" * depth
+    grammar = {"kind": "json_schema", "source": source}
+    response = api.post(route, json=_request(route, grammar))
+    assert response.status_code == 422, response.text[:500]
+    assert "nest" in response.json()["error"]["message"]
