@@ -46,6 +46,7 @@ bench: install browser
 	$(PY) bench/doctor.py
 	$(PY) bench/load.py
 	$(PY) bench/flood.py
+	$(PY) bench/hostile.py
 
 # The browser tests drive Debian's chromium (Playwright's own browser download is not used).
 browser:
