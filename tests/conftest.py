@@ -7,9 +7,11 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import uvicorn
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app.engine import Engine
@@ -114,8 +116,14 @@ def live_server(engine: Engine) -> Iterator[str]:
 def serve(settings: Settings, engine: Engine) -> Iterator[str]:
     """An app with ``settings`` around ``engine``, served by uvicorn in a thread: its root URL,
     until the generator is closed (a fixture's body)."""
+    with served(create_app(settings, engine=engine)) as url:
+        yield url
+
+
+@contextmanager
+def served(app: FastAPI) -> Iterator[str]:
+    """``app`` served by uvicorn in a thread on 127.0.0.1: its root URL, until the block ends."""
     port = free_port()
-    app = create_app(settings, engine=engine)
     # As `python -m app serve`: no X-Forwarded-* from loopback unless MASKSCOPE_TRUSTED_PROXIES.
     config = uvicorn.Config(app, port=port, log_level="warning", proxy_headers=False)
     server = uvicorn.Server(config)
@@ -125,6 +133,8 @@ def serve(settings: Settings, engine: Engine) -> Iterator[str]:
     while not server.started:
         assert time.monotonic() < deadline, "the server did not start"
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

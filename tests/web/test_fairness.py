@@ -17,8 +17,6 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
-import uvicorn
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app.engine import Engine
@@ -27,7 +25,7 @@ from app.main import create_app
 from app.settings import Settings
 from app.web.clients import acting_for
 from app.web.executors import WorkPool
-from tests.conftest import free_port
+from tests.conftest import served
 from tests.web.conftest import session_body
 from tests.web.test_executors import _slow_pydantic
 
@@ -141,24 +139,6 @@ def test_one_client_may_keep_only_its_share_of_the_queue_waiting() -> None:
 
 
 @contextmanager
-def _served(app: FastAPI) -> Iterator[str]:
-    """``app`` served by uvicorn in a thread, on 127.0.0.1: its root URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-
-
-@contextmanager
 def _clients(url: str, *addresses: str) -> Iterator[list[httpx.Client]]:
     """One HTTP client per loopback address, each connecting from it."""
     clients = [
@@ -182,7 +162,7 @@ def _open(client: httpx.Client) -> str:
 
 def test_many_sessions_from_one_client_never_evict_anothers(engine: Engine) -> None:
     app = create_app(Settings(), engine=engine)  # 32 sessions, 8 per client
-    with _served(app) as url, _clients(url, A, B) as (a, b):
+    with served(app) as url, _clients(url, A, B) as (a, b):
         theirs = _open(b)
         mine = [_open(a) for _ in range(33)]
         assert b.get(f"/api/sessions/{theirs}").status_code == 200
@@ -200,7 +180,7 @@ def test_a_client_at_its_cap_loses_its_own_oldest_idle_session_or_is_refused(
     engine: Engine,
 ) -> None:
     app = create_app(Settings(max_sessions_per_client=2), engine=engine)
-    with _served(app) as url, _clients(url, A, B) as (a, b):
+    with served(app) as url, _clients(url, A, B) as (a, b):
         first, second, third = (_open(a) for _ in range(3))
         assert a.get(f"/api/sessions/{first}").status_code == 410
         assert [a.get(f"/api/sessions/{i}").status_code for i in (second, third)] == [200, 200]
@@ -221,7 +201,7 @@ def test_a_full_server_makes_room_only_from_a_client_past_its_fair_share(
     engine: Engine,
 ) -> None:
     app = create_app(Settings(max_sessions=4, max_sessions_per_client=4), engine=engine)
-    with _served(app) as url, _clients(url, A, B, C, D) as (a, b, c, d):
+    with served(app) as url, _clients(url, A, B, C, D) as (a, b, c, d):
         mine = [_open(a) for _ in range(3)]
         theirs = _open(b)
         newcomer = _open(c)  # full: three clients, a share of 1 each; A holds 3
@@ -244,7 +224,7 @@ def test_a_full_server_makes_room_only_from_a_client_past_its_fair_share(
 def test_the_memory_budget_evicts_the_heaviest_clients_session_first(engine: Engine) -> None:
     # One stepped session holds about 15 MB here (its prompt's KV cache): 40 MB holds two.
     app = create_app(Settings(max_kv_mb=40), engine=engine)
-    with _served(app) as url, _clients(url, A, B) as (a, b):
+    with served(app) as url, _clients(url, A, B) as (a, b):
         theirs = _open(b)
         assert b.post(f"/api/sessions/{theirs}/step").status_code == 200
         mine = [_open(a), _open(a)]
@@ -264,7 +244,7 @@ def test_slow_pydantic_sources_from_one_client_neither_refuse_nor_delay_anothers
     settings = Settings(sandbox_workers=1, queue_max=4, queue_max_per_client=2)
     app = create_app(settings, engine=engine)
     answers: queue.Queue[tuple[str, httpx.Response]] = queue.Queue()
-    with _served(app) as url, _clients(url, A, B) as (a, b):
+    with served(app) as url, _clients(url, A, B) as (a, b):
 
         def send(client: httpx.Client, name: str, source: str, root: str | None) -> None:
             body = {"kind": "pydantic", "source": source, "options": {"root_model": root}}
@@ -305,7 +285,7 @@ def test_slow_pydantic_sources_from_one_client_neither_refuse_nor_delay_anothers
 def test_twenty_slow_pydantic_sources_from_one_client_leave_another_room(engine: Engine) -> None:
     app = create_app(Settings(), engine=engine)  # 4 sandbox processes, 16 waiting, 4 per client
     answers: queue.Queue[httpx.Response] = queue.Queue()
-    with _served(app) as url, _clients(url, A, B) as (a, b):
+    with served(app) as url, _clients(url, A, B) as (a, b):
 
         def send(i: int) -> None:
             body = {"kind": "pydantic", "source": _slow_pydantic(i),

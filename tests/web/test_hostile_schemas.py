@@ -21,6 +21,7 @@ from app.main import create_app
 from app.settings import Settings
 from app.web import sharing
 from app.web.models import PermalinkIn
+from tests.conftest import as_page
 from tests.listener import Listener
 from tests.web.conftest import session_body
 
@@ -38,8 +39,9 @@ def hostile_app(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Fas
 
 @pytest.fixture(scope="module")
 def api(hostile_app: FastAPI) -> Iterator[TestClient]:
+    """A client that also reaches the page's routes (it holds the page's CSRF token)."""
     with TestClient(hostile_app) as test_client:
-        yield test_client
+        yield as_page(test_client)
 
 
 @pytest.fixture(scope="module")
