@@ -1,10 +1,11 @@
 """Hostile requests against a live server: does a plain compile and a step stay fast?
 
 Measures, in one run on loopback: the latency of a plain (uncached) compile and of a one-token
-step on an idle server, then again while 8 threads keep sending the attack round's hostile
+step on an idle server, then while 8 threads keep sending a cached plain compile (what that
+much load alone costs on this machine), then while they keep sending the attack round's hostile
 requests (#27): catastrophic-backtracking ``pattern`` tests (through ``/api/tests``, a permalink
-and the Doctor) and ``$ref``s to a local HTTP listener and to a local file. Prints both medians
-and their ratios, the hostile answers by status (target: 4xx or 200, never 5xx), how many
+and the Doctor) and ``$ref``s to a local HTTP listener and to a local file. Prints the medians
+and their ratios to the idle ones, the hostile answers by status (target: 4xx or 200, never 5xx), how many
 connections the listener received and whether the file's content came back (target: none).
 
 The Doctor's own memory and time bounds (#27 item 4: a huge ``minItems`` or ``minLength``) belong
@@ -75,13 +76,16 @@ def _hostile(listener_url: str, secret_file: Path) -> list[tuple[str, dict[str, 
     ]
 
 
+_Latencies = tuple[list[float], list[float]]  # compiles, steps
+
+
 def _timed(call: Callable[[], httpx.Response]) -> float:
     started = time.perf_counter()
     call().raise_for_status()
     return (time.perf_counter() - started) * 1000
 
 
-def _measure(client: httpx.Client, session_id: str, first: int) -> tuple[list[float], list[float]]:
+def _measure(client: httpx.Client, session_id: str, first: int) -> _Latencies:
     compiles, steps = [], []
     for i in range(first, first + 5):  # a new schema each time: no cache hit
         schema = {"type": "object", "properties": {f"field_{i}": {"type": "integer"}}}
@@ -91,56 +95,76 @@ def _measure(client: httpx.Client, session_id: str, first: int) -> tuple[list[fl
     return compiles, steps
 
 
+class _Flood:
+    """8 threads, each sending its request again as soon as the last one is answered."""
+
+    def __init__(self, base: str, requests: list[tuple[str, dict[str, object]]]) -> None:
+        self.base = base
+        self.requests = requests
+        self.statuses: Counter[str] = Counter()
+        self.leaked = False
+
+    def during(self, seconds: float, measure: Callable[[], _Latencies]) -> _Latencies:
+        """Run the flood for ``seconds`` and ``measure`` one second into it."""
+        stop = time.monotonic() + seconds
+
+        def send(route: str, body: dict[str, object]) -> None:
+            with httpx.Client(base_url=self.base, timeout=600) as own:
+                while time.monotonic() < stop:
+                    answer = own.post(route, json=body)
+                    self.statuses[f"{route} {answer.status_code}"] += 1
+                    self.leaked = self.leaked or _SECRET in answer.text
+
+        threads = [threading.Thread(target=send, args=pair) for pair in self.requests]
+        for thread in threads:
+            thread.start()
+        time.sleep(1.0)
+        measured = measure()
+        for thread in threads:
+            thread.join()
+        return measured
+
+
+def _ratios(label: str, idle: _Latencies, busy: _Latencies) -> None:
+    for name, before, during in zip(("compile", "step"), idle, busy, strict=True):
+        calm, loaded = statistics.median(before), statistics.median(during)
+        print(f"{name} p50 idle {calm:.0f} ms, {label} {loaded:.0f} ms: "
+              f"ratio {loaded / calm:.2f}")  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=20.0, help="how long the attack lasts")
+    parser.add_argument("--seconds", type=float, default=20.0, help="how long each flood lasts")
     args = parser.parse_args()
     listener = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Listener)
     threading.Thread(target=listener.serve_forever, daemon=True).start()
     listener_url = f"http://127.0.0.1:{listener.server_address[1]}"
+    session = {
+        # a long string: the grammar never ends within the steps measured
+        "grammar": _grammar({"type": "string", "minLength": 1000}),
+        "messages": [{"role": "user", "content": "Describe the sea."}],
+        "max_tokens": 400,
+    }
     with tempfile.TemporaryDirectory() as folder:
         secret_file = Path(folder, "secret.json")
         secret_file.write_text(json.dumps({"const": _SECRET}))
-        hostile = _hostile(listener_url, secret_file)
-        session = {
-            "grammar": _grammar({"type": "object", "properties": {"name": {"type": "string"}}}),
-            "messages": [{"role": "user", "content": "Name a colour."}],
-            "max_tokens": 400,
-        }
         with live_server() as (base, _), httpx.Client(base_url=base, timeout=600) as client:
             session_id = client.post("/api/sessions", json=session).json()["id"]
             _measure(client, session_id, 0)  # warm: the prompt's forward pass, the workers
             idle = _measure(client, session_id, 100)
-            statuses: Counter[str] = Counter()
-            leaked = threading.Event()
-            stop = time.monotonic() + args.seconds
-
-            def attack(route: str, body: dict[str, object]) -> None:
-                with httpx.Client(base_url=base, timeout=600) as own:
-                    while time.monotonic() < stop:
-                        answer = own.post(route, json=body)
-                        statuses[f"{route} {answer.status_code}"] += 1
-                        if _SECRET in answer.text:
-                            leaked.set()
-
-            threads = [threading.Thread(target=attack, args=pair) for pair in hostile]
-            for thread in threads:
-                thread.start()
-            time.sleep(1.0)
-            busy = _measure(client, session_id, 200)
-            for thread in threads:
-                thread.join()
+            # The same 8 threads sending a cached compile: what the load alone costs here.
+            plain = _Flood(base, [("/api/compile", _grammar({"type": "integer"}))] * 8)
+            loaded = plain.during(args.seconds, lambda: _measure(client, session_id, 200))
+            hostile = _Flood(base, _hostile(listener_url, secret_file))
+            attacked = hostile.during(args.seconds, lambda: _measure(client, session_id, 300))
     listener.shutdown()
-    for name, before, during in zip(("compile", "step"), idle, busy, strict=True):
-        calm, loaded = statistics.median(before), statistics.median(during)
-        print(f"{name} p50 idle {calm:.0f} ms, under 8 hostile requests {loaded:.0f} ms: "
-              f"ratio {loaded / calm:.2f}")  # fmt: skip
-    print(f"hostile answers: {dict(sorted(statuses.items()))}")
-    print(
-        f"listener connections: {_Listener.connections}; file content answered: {leaked.is_set()}"
-    )
-    failed = any(int(key.rsplit(" ", 1)[1]) >= 500 for key in statuses)
-    return 1 if failed or _Listener.connections or leaked.is_set() else 0
+    _ratios("under 8 plain (cached) compiles", idle, loaded)
+    _ratios("under 8 hostile requests", idle, attacked)
+    print(f"hostile answers: {dict(sorted(hostile.statuses.items()))}")
+    print(f"listener connections: {_Listener.connections}; "
+          f"file content answered: {hostile.leaked}")  # fmt: skip
+    failed = any(int(key.rsplit(" ", 1)[1]) >= 500 for key in hostile.statuses)
+    return 1 if failed or _Listener.connections or hostile.leaked else 0
 
 
 if __name__ == "__main__":
