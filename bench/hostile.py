@@ -5,8 +5,9 @@ step on an idle server, then while 8 threads keep sending a cached plain compile
 much load alone costs on this machine), then while they keep sending the attack round's hostile
 requests (#27): catastrophic-backtracking ``pattern`` tests (through ``/api/tests``, a permalink
 and the Doctor) and ``$ref``s to a local HTTP listener and to a local file. Prints the medians
-and their ratios to the idle ones, the hostile answers by status (target: 4xx or 200, never 5xx), how many
-connections the listener received and whether the file's content came back (target: none).
+and their ratios to the idle ones, the hostile answers by status (target: 4xx or 200, never
+5xx), how many connections the listener received and whether the file's content came back
+(target: none).
 
 The Doctor's own memory and time bounds (#27 item 4: a huge ``minItems`` or ``minLength``) belong
 to the Doctor's issue (#25) and are not sent here.
