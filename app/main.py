@@ -12,11 +12,13 @@ from fastapi.staticfiles import StaticFiles
 from app import __version__
 from app.engine import Engine
 from app.settings import Settings
-from app.web import api, doctor, export, pages, schema_tests, tests_panel
 from app.web.clients import ClientIdentity
 from app.web.errors import FORBIDDEN_RESPONSE, install_error_handlers
 from app.web.limits import BodyLimit
 from app.web.requestlog import RequestLog
+from app.web.routes import compile as compile_routes
+from app.web.routes import doctor, examples, health, models, permalinks, replay, sessions, tests
+from app.web.routes import export as export_routes
 from app.web.security import (
     CsrfSigner,
     SecurityGate,
@@ -25,6 +27,9 @@ from app.web.security import (
     load_secret,
 )
 from app.web.state import STATIC_DIR, AppState, release_memory
+from app.web.ui import export as export_dialog
+from app.web.ui import page, panels, session
+from app.web.ui import tests as tests_panel
 
 __all__ = ["create_app"]
 
@@ -85,11 +90,26 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.state.csrf_signer = signer
     app.add_middleware(TrustedProxies, proxies=settings.trusted_proxies)
     app.add_middleware(RequestLog)
-    app.include_router(api.router)
-    app.include_router(export.router)
-    app.include_router(doctor.router)
-    app.include_router(schema_tests.router)
-    app.include_router(tests_panel.router)
-    app.include_router(pages.router)
+    for router in (
+        health.router,
+        models.router,
+        compile_routes.router,
+        sessions.router,
+        permalinks.router,
+        replay.router,
+        examples.router,
+        export_routes.router,
+        doctor.router,
+        tests.router,
+    ):
+        app.include_router(router)
+    for router in (
+        export_dialog.router,
+        tests_panel.router,
+        page.router,
+        session.router,
+        panels.router,
+    ):
+        app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from app.engine import Engine
-from app.web.sessions import SessionHandle
+from app.web.services.sessions import SessionHandle
 from app.web.state import AppState
 
 __all__ = ["EngineDep", "HandleDep", "StateDep"]

@@ -18,7 +18,7 @@ from app.settings import LOCAL_MODEL_ID, Settings
 from app.store.permalinks import PermalinkStore
 from app.web import render
 from app.web.executors import Pools
-from app.web.sessions import SessionStore
+from app.web.services.sessions import SessionStore
 
 __all__ = ["AppState", "STATIC_DIR", "TEMPLATES_DIR", "release_memory"]
 

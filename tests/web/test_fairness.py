@@ -186,7 +186,7 @@ def test_a_client_at_its_cap_loses_its_own_oldest_idle_session_or_is_refused(
         assert [a.get(f"/api/sessions/{i}").status_code for i in (second, third)] == [200, 200]
         store = app.state.maskscope.sessions
         for session_id in (second, third):
-            store.get(session_id).streaming = True  # both are running a stream
+            store.get(session_id).runs.start()  # both are running a stream
         refused = a.post("/api/sessions", json=session_body())
         assert refused.status_code == 429
         assert refused.json()["error"] == {
@@ -209,7 +209,7 @@ def test_a_full_server_makes_room_only_from_a_client_past_its_fair_share(
         assert b.get(f"/api/sessions/{theirs}").status_code == 200
         store = app.state.maskscope.sessions
         for session_id in mine[1:]:
-            store.get(session_id).streaming = True
+            store.get(session_id).runs.start()
         # Four clients, a share of 1: only A is past it, and its sessions are busy.
         refused = d.post("/api/sessions", json=session_body())
         assert refused.status_code == 429, refused.text

@@ -19,8 +19,8 @@ from fastapi.testclient import TestClient
 from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
-from app.web import sharing
-from app.web.models import PermalinkIn
+from app.web.bodies import PermalinkIn
+from app.web.services import permalinks as sharing
 from tests.conftest import as_page
 from tests.listener import Listener
 from tests.web.conftest import session_body

@@ -58,7 +58,7 @@ def test_a_full_session_cap_answers_429(engine: Engine) -> None:
         ids = [client.post("/api/sessions", json=session_body()).json()["id"] for _ in range(2)]
         store = client.app.state.maskscope.sessions  # type: ignore[attr-defined]
         for session_id in ids:
-            store.get(session_id).streaming = True  # both are running a stream
+            store.get(session_id).runs.start()  # both are running a stream
         response = client.post("/api/sessions", json=session_body())
         assert response.status_code == 429
         assert response.json()["error"]["message"] == (

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from app.doctor.replay_cause import explain, schema_at
 from app.engine import CompileOptions, Rejection
-from app.web.replay_cause import explain, schema_at
 
 SCHEMA: dict[str, Any] = {
     "$defs": {

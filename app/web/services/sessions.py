@@ -14,6 +14,7 @@ from typing import Any
 from app.engine import Session, StopReason, Validation
 from app.exceptions import CapacityExceeded, SessionGone, SessionNotFound
 from app.web.clients import UNKNOWN
+from app.web.services.runstate import RunState
 
 __all__ = ["SessionHandle", "SessionStore"]
 
@@ -29,11 +30,7 @@ class SessionHandle:
         session: the engine's session.
         request: the session request as received (for sharing and display).
         lock: serialises actions on the session; held until the action's thread is done.
-        run: increments when a stream starts (or resumes) a run; an older loop sees it and stops.
-        pause: set by ``/pause``; the run loop stops after the step in flight.
-        streaming: whether a run loop is active.
-        run_over: the last run ended (paused or done) and said so: a reconnect to it gets the
-            rest of its events but never generates again.
+        runs: the run flags (which run is current, paused, streaming, over); only it writes them.
         pydantic: the Pydantic source and root model, when the grammar came from one (the
             output is then validated with the model itself, in the sandbox).
         validated: the last validation, with the output (text and stop reason) it was for.
@@ -44,10 +41,7 @@ class SessionHandle:
     session: Session
     request: dict[str, Any]
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    run: int = 0
-    pause: bool = False
-    streaming: bool = False
-    run_over: bool = False
+    runs: RunState = field(default_factory=RunState)
     pydantic: tuple[str, str | None] | None = None
     validated: tuple[tuple[str, StopReason | None], Validation] | None = None
     last_used: float = field(default_factory=time.monotonic)
@@ -56,7 +50,7 @@ class SessionHandle:
     @property
     def busy(self) -> bool:
         """Whether an action or a run is under way (or waiting its turn): never evicted then."""
-        return self.streaming or self.lock.locked()
+        return self.runs.streaming or self.lock.locked()
 
     @property
     def memory_bytes(self) -> int:

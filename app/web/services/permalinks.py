@@ -20,9 +20,17 @@ from app.settings import LOCAL_MODEL_ID
 from app.store.permalinks import ID_PATTERN
 from app.store.snapshot_format import field_defaults, without_defaults
 from app.store.trace import canonical_actions, compress
-from app.web import actions, schema_tests
-from app.web.models import GrammarIn, OptionsIn, PermalinkIn, SchemaTestIn, SessionIn
-from app.web.sessions import SessionHandle
+from app.web.bodies import (
+    GrammarIn,
+    OptionsIn,
+    PermalinkIn,
+    SchemaTestIn,
+    SchemaTestsIn,
+    SessionIn,
+    check_test_sizes,
+)
+from app.web.services import actions, schema_tests
+from app.web.services.sessions import SessionHandle
 from app.web.state import AppState
 
 __all__ = [
@@ -30,6 +38,8 @@ __all__ = [
     "load",
     "open_snapshot",
     "recorded_tests",
+    "share_request",
+    "share_session",
     "snapshot_of_request",
     "snapshot_of_session",
     "test_results",
@@ -223,3 +233,36 @@ async def open_snapshot(
     async with handle.lock:
         await state.pools.steps.run(_replay_actions, handle.session, snapshot["actions"])
     return handle
+
+
+async def share_request(state: AppState, body: PermalinkIn) -> tuple[str, bool]:
+    """Store the snapshot a permalink request describes, with its schema unit tests run and
+    their verdicts kept with them.
+
+    Returns:
+        The snapshot's id, and whether it is new (equal content gives an equal id).
+    """
+    body.check_size(state.settings)
+    check_test_sizes(body.tests)
+    engine = state.engine_for(body.model)
+    tests = await recorded_tests(state, engine, body.grammar, body.tests)
+
+    def store() -> tuple[str, bool]:
+        snapshot = snapshot_of_request(body, engine.model.identity, tests=tests)
+        return state.store.put(snapshot)
+
+    return await asyncio.to_thread(store)
+
+
+async def share_session(state: AppState, handle: SessionHandle, body: SchemaTestsIn) -> str:
+    """Store an open session as a snapshot, with the tests of ``body`` run on its grammar and
+    their verdicts; the snapshot's id."""
+    check_test_sizes(body.tests)
+    engine = state.engine_for(handle.request["model"])
+    tests = await recorded_tests(state, engine, body.grammar, body.tests)
+
+    def store() -> tuple[str, bool]:
+        return state.store.put(snapshot_of_session(handle, tests=tests))
+
+    snapshot_id, _ = await asyncio.to_thread(store)
+    return snapshot_id

@@ -21,9 +21,9 @@ from app.engine import (
 )
 from app.exceptions import InvalidInput, RunInProgress
 from app.sandbox.sandbox import PydanticSchema
+from app.web.bodies import GrammarIn, ReplayIn, SessionIn
 from app.web.clients import current_client
-from app.web.models import GrammarIn, ReplayIn, SessionIn
-from app.web.sessions import SessionHandle
+from app.web.services.sessions import SessionHandle
 from app.web.state import AppState
 
 __all__ = [
@@ -217,7 +217,7 @@ def follower_summary(session: Session) -> dict[str, Any] | None:
 
 
 def _idle(handle: SessionHandle) -> None:
-    if handle.streaming:
+    if handle.runs.streaming:
         raise RunInProgress("a run is streaming for this session: pause it first")
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from app.web import pages, schema_tests
 from app.web.deps import StateDep
-from app.web.models import SchemaTestsIn, check_test_sizes, listed_tests
+from app.web.forms import tests_request
+from app.web.services import schema_tests
 
 __all__ = ["router"]
 
@@ -18,13 +18,7 @@ router = APIRouter(include_in_schema=False)
 async def tests_fragment(request: Request, state: StateDep) -> HTMLResponse:
     """The Tests panel's table for the form's grammar and the tests it sends (``tests``), with
     the picked model's tokenizer."""
-    form = await request.form()
-    listed, recorded = listed_tests(str(form.get("tests") or ""))
-    body: SchemaTestsIn = pages._validated(
-        SchemaTestsIn,
-        {"grammar": pages._grammar(form), "model": pages._model(form), "tests": listed},
-    )
-    check_test_sizes(body.tests)
+    body, recorded = tests_request(await request.form())
     engine = state.engine_for(body.model)
     results = await schema_tests.run(state, engine, body.grammar, body.tests)
     rows = [

@@ -3,31 +3,40 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from typing import Any, Literal
-
-from fastapi import Request
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Literal, TypedDict
 
 from app.engine import StepRecord
-from app.web.actions import step_response
-from app.web.sessions import SessionHandle
+from app.web.services.actions import step_response
+from app.web.services.sessions import SessionHandle
 from app.web.state import AppState
 
-__all__ = ["END_ID", "run_events"]
+__all__ = ["END_ID", "Event", "run_events"]
 
 #: The SSE id of the ``end`` event: a client that reconnects with it has seen the whole run.
 END_ID = "end"
 
 
+class _EventFields(TypedDict):
+    event: str
+    data: str
+
+
+class Event(_EventFields, total=False):
+    """One server-sent event: its name, data, and (for ``step`` and ``end``) its SSE id."""
+
+    id: str
+
+
 async def run_events(
-    request: Request,
+    disconnected: Callable[[], Awaitable[bool]],
     state: AppState,
     handle: SessionHandle,
     *,
     after: int,
     fmt: Literal["html", "json"],
     resume: bool = False,
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncIterator[Event]:
     """Send the steps after index ``after``, then generate until done, paused or disconnected.
 
     Every index is sent exactly once: the steps to send are read from the session's record
@@ -39,15 +48,20 @@ async def run_events(
 
     Events: ``step`` (SSE id = the step index), then ``done`` when the session has stopped or
     ``paused`` when a pause ended the run, then ``end`` (SSE id ``end``).
+
+    Args:
+        disconnected: whether the client has left (the stream then stops generating).
+        state: the app.
+        handle: the session to run.
+        after: the index of the last step the client has.
+        fmt: each step as its chip's HTML, or as its record.
+        resume: a reconnect (``Last-Event-ID``) continuing the run it lost.
     """
     session = handle.session
-    handle.run += 1
-    run = handle.run
-    if not resume:
-        handle.pause = handle.run_over = False
-    handle.streaming = True
+    runs = handle.runs
+    run = runs.start(resume=resume)
 
-    def step_event(record: StepRecord) -> dict[str, Any]:
+    def step_event(record: StepRecord) -> Event:
         if fmt == "json":
             data = json.dumps(record.to_dict())
         else:
@@ -55,7 +69,7 @@ async def run_events(
         return {"event": "step", "id": str(record.index), "data": data}
 
     def generating() -> bool:
-        return handle.run == run and not (session.done or handle.pause or handle.run_over)
+        return runs.generating(run) and not session.done
 
     sent = after + 1
     try:
@@ -66,7 +80,7 @@ async def run_events(
                 sent += 1
             if not generating():
                 break
-            if await request.is_disconnected():
+            if await disconnected():
                 return
             async with handle.lock:
                 # Only when nothing is left to send: the lock may have been held by a step an
@@ -74,9 +88,9 @@ async def run_events(
                 if generating() and len(session.steps) == sent:
                     await state.pools.steps.run(session.step)
             state.sessions.enforce_memory(keep=handle)
-        if handle.run != run:
+        if not runs.current(run):
             return
-        handle.run_over = True
+        runs.end(run)
         answer = await step_response(state, handle, [])
         event = "done" if session.done else "paused"
         if fmt == "json":
@@ -86,5 +100,4 @@ async def run_events(
         yield {"event": event, "data": data}
         yield {"event": "end", "id": END_ID, "data": ""}
     finally:
-        if handle.run == run:
-            handle.streaming = False
+        runs.finish(run)

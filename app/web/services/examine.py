@@ -1,22 +1,25 @@
-"""The Doctor over HTTP: ``POST /api/doctor``, and what the page's Doctor tab needs."""
+"""Examining a grammar with the Doctor, for ``POST /api/doctor`` and the page's Doctor tab."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any
-
-from fastapi import APIRouter
+from typing import TypedDict
 
 from app.doctor import Doctor, DoctorReport, PydanticSource, Status
 from app.engine import AnyEngine
-from app.web import actions
-from app.web.deps import StateDep
-from app.web.models import DoctorIn
+from app.web.bodies import DoctorIn
+from app.web.services import actions
 from app.web.state import AppState
 
-__all__ = ["editor_marks", "examine", "router"]
+__all__ = ["EditorMark", "editor_marks", "examine"]
 
-router = APIRouter()
+
+class EditorMark(TypedDict):
+    """A lint mark the editor shows on a line."""
+
+    line: int
+    severity: str
+    message: str
 
 
 async def examine(state: AppState, engine: AnyEngine, body: DoctorIn) -> DoctorReport:
@@ -37,7 +40,7 @@ async def examine(state: AppState, engine: AnyEngine, body: DoctorIn) -> DoctorR
     )
 
 
-def editor_marks(report: DoctorReport) -> list[dict[str, Any]]:
+def editor_marks(report: DoctorReport) -> list[EditorMark]:
     """Lint marks for the editor: each ignored or weakened keyword that has a line."""
     return [
         {"line": k.line, "severity": "warning",
@@ -45,12 +48,3 @@ def editor_marks(report: DoctorReport) -> list[dict[str, Any]]:
         for k in report.keywords
         if k.line is not None and k.status in (Status.IGNORED, Status.WEAKENED)
     ]  # fmt: skip
-
-
-@router.post("/api/doctor", tags=["grammar"])
-async def doctor(body: DoctorIn, state: StateDep) -> dict[str, Any]:
-    """Examine a grammar: each keyword enforced, ignored, weakened or warned; witnesses (documents
-    on which grammar and schema disagree); what vLLM, SGLang, llguidance and OpenAI's strict mode
-    do with it; and its costs. EBNF and regex get the costs and the llguidance row only."""
-    report = await examine(state, state.engine_for(body.model), body)
-    return report.to_dict()

@@ -1,0 +1,179 @@
+"""The page's form read into the same request bodies the JSON API takes, validated the same way
+(a bad field is the same 422, with the same pointer)."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
+from starlette.datastructures import FormData
+
+from app.exceptions import InvalidInput
+from app.settings import LOCAL_MODEL_ID
+from app.web.bodies import (
+    CompileIn,
+    DoctorIn,
+    OpenPermalinkIn,
+    ReplayIn,
+    SchemaTestsIn,
+    SessionIn,
+    check_test_sizes,
+    listed_tests,
+)
+
+__all__ = [
+    "STEP_N_MAX",
+    "compile_request",
+    "doctor_request",
+    "form_session_request",
+    "forced_token",
+    "open_choice",
+    "replay_request",
+    "share_tests",
+    "step_count",
+    "tests_request",
+    "validated",
+]
+
+#: The most steps one page request takes (the API's cap on ``n``).
+STEP_N_MAX = 512
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+def validated(model: type[Body], data: dict[str, Any]) -> Body:
+    """``data`` as a ``model``, or the 422 the API gives for the same body."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise RequestValidationError(error.errors()) from None
+
+
+def _number(form: FormData, name: str) -> str | None:
+    value = str(form.get(name) or "").strip()
+    return value or None
+
+
+def _grammar(form: FormData) -> dict[str, Any]:
+    # "custom" (an option edited by hand): every option the presets differ in is explicit in the
+    # form, so any preset is a neutral base.
+    preset = form.get("preset") or "maskscope"
+    options: dict[str, Any] = {
+        "preset": "maskscope" if preset == "custom" else preset,
+        "any_whitespace": form.get("any_whitespace") == "on",
+        "strict_mode": form.get("strict_mode") == "on",
+        "indent": _number(form, "indent"),
+        "max_whitespace_cnt": _number(form, "max_whitespace_cnt"),
+        "root_model": _number(form, "root_model"),
+    }
+    item, key = str(form.get("sep_item") or ""), str(form.get("sep_key") or "")
+    if item or key:
+        options["separators"] = [item or ", ", key or ": "]
+    return {"kind": form.get("kind") or "json_schema", "source": form.get("source") or "",
+            "options": options, "engine": form.get("engine") or "xgrammar"}  # fmt: skip
+
+
+def _model(form: FormData) -> str:
+    """The model picker's choice: ``local`` or a remote engine's id."""
+    return str(form.get("model") or LOCAL_MODEL_ID)
+
+
+def _compare(form: FormData) -> str | None:
+    """Compare mode: the other engine when the form's toggle is on."""
+    if form.get("compare") != "on":
+        return None
+    return "xgrammar" if form.get("engine") == "llguidance" else "llguidance"
+
+
+def form_session_request(form: FormData) -> SessionIn:
+    """The session request the playground's form describes."""
+    body: dict[str, Any] = {
+        "grammar": _grammar(form),
+        "sampling": {
+            "temperature": _number(form, "temperature") or 0,
+            "top_p": _number(form, "top_p") or 1,
+            "seed": _number(form, "seed"),
+        },
+        "max_tokens": _number(form, "max_tokens") or 256,
+        "schema_in_prompt": form.get("schema_in_prompt") == "on",
+        "compare": _compare(form),
+        "model": _model(form),
+    }
+    if form.get("prompt_mode") == "raw":
+        body["raw_prompt"] = form.get("raw_prompt") or ""
+    else:
+        body["messages"] = [
+            {"role": role, "content": text}
+            for role in ("system", "user")
+            if (text := str(form.get(role) or "")) or role == "user"
+        ]
+    return validated(SessionIn, body)
+
+
+def compile_request(form: FormData) -> CompileIn:
+    """The compile request for the form's grammar and model."""
+    return validated(CompileIn, {**_grammar(form), "model": _model(form)})
+
+
+def doctor_request(form: FormData) -> DoctorIn:
+    """The Doctor request for the form's grammar, model and token budget."""
+    return validated(DoctorIn, {"grammar": _grammar(form), "model": _model(form),
+                                "max_tokens": _number(form, "max_tokens")})  # fmt: skip
+
+
+def replay_request(form: FormData) -> ReplayIn:
+    """The replay request for the form's grammar, model, text and compare toggle."""
+    return validated(
+        ReplayIn,
+        {
+            "grammar": _grammar(form),
+            "model": _model(form),
+            "text": form.get("text") or "",
+            "compare": _compare(form),
+        },
+    )
+
+
+def tests_request(form: FormData) -> tuple[SchemaTestsIn, list[Any]]:
+    """The Tests panel's request (the form's grammar and model, its ``tests`` as a JSON list),
+    and the verdicts recorded with each test (None where none was)."""
+    listed, recorded = listed_tests(str(form.get("tests") or ""))
+    body = validated(
+        SchemaTestsIn, {"grammar": _grammar(form), "model": _model(form), "tests": listed}
+    )
+    check_test_sizes(body.tests)
+    return body, recorded
+
+
+def share_tests(form: FormData, grammar: dict[str, Any]) -> SchemaTestsIn:
+    """The Tests panel's tests (the form's ``tests``) to share with a session of ``grammar``."""
+    listed, _ = listed_tests(str(form.get("tests") or ""))
+    return validated(SchemaTestsIn, {"grammar": grammar, "tests": listed})
+
+
+def open_choice(form: FormData) -> OpenPermalinkIn:
+    """The model to reopen a permalink on (its own when the form names none)."""
+    return validated(OpenPermalinkIn, {"model": form.get("model") or None})
+
+
+def step_count(form: FormData) -> int:
+    """The form's ``n``: how many steps to take (1 by default)."""
+    try:
+        n = int(str(form.get("n") or 1))
+    except ValueError:
+        raise InvalidInput("n must be an integer") from None
+    if not 1 <= n <= STEP_N_MAX:
+        raise InvalidInput(f"n must be between 1 and {STEP_N_MAX}, got {n}")
+    return n
+
+
+def forced_token(form: FormData) -> tuple[int, int | None]:
+    """The token to force (``token_id``) and the step to force it at (``at``; the next one when
+    absent)."""
+    try:
+        token_id = int(str(form.get("token_id")))
+        at = int(str(form.get("at"))) if form.get("at") not in (None, "") else None
+    except ValueError:
+        raise InvalidInput("token_id and at must be integers") from None
+    return token_id, at

@@ -1,0 +1,1 @@
+"""The JSON API, one router per resource (the contract: ``shared/API.md``)."""

@@ -1,0 +1,30 @@
+"""Schema unit tests over HTTP: ``POST /api/tests``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from app.web.bodies import SchemaTestsIn, check_test_sizes
+from app.web.deps import StateDep
+from app.web.services.schema_tests import run
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.post(
+    "/api/tests",
+    tags=["grammar"],
+    responses={413: {"description": "a test's text is above 64 KiB, or longer than a replay"}},
+)
+async def schema_tests(body: SchemaTestsIn, state: StateDep) -> dict[str, Any]:
+    """Run schema unit tests: each text is judged by the grammar (a replay; a JSON document also
+    in the form the grammar writes it, ``normalized``, on which the test is judged) and by the
+    schema (jsonschema, or the Pydantic model; null for EBNF and regex). A test passes when the
+    grammar's verdict is the one expected; ``disagree`` flags grammar and schema differing."""
+    check_test_sizes(body.tests)
+    results = await run(state, state.engine_for(body.model), body.grammar, body.tests)
+    return {"results": [r.to_dict() for r in results]}

@@ -1,0 +1,94 @@
+"""Code export: the request the snippets reproduce, from a session request or an open session."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from app.doctor.backends import vllm as vllm_rules
+from app.engine import render_prompt
+from app.exceptions import GrammarError
+from app.export import ExportRequest, Message, PydanticSource, Sampling
+from app.sandbox.sandbox import PydanticSchema
+from app.settings import EMBEDDED_HF_ID, EMBEDDED_MODEL, Settings
+from app.web.bodies import SessionIn
+from app.web.services import actions
+from app.web.services.sessions import SessionHandle
+from app.web.state import AppState
+
+__all__ = ["export_request", "from_session", "served_model"]
+
+
+def served_model(settings: Settings) -> str:
+    """The name a server serves the configured model under (the hub id for the embedded one)."""
+    return EMBEDDED_HF_ID if settings.model == EMBEDDED_MODEL else settings.model
+
+
+def _schema(source: str) -> Any:
+    try:
+        return json.loads(source)
+    except json.JSONDecodeError as exc:
+        raise GrammarError(
+            f"invalid JSON: {exc.msg}", line=exc.lineno, column=exc.colno, pointer="/grammar/source"
+        ) from None
+
+
+async def export_request(
+    state: AppState, body: SessionIn, *, prompt_text: str | None = None
+) -> ExportRequest:
+    """What the snippets reproduce: the grammar as compiled, options, prompt, sampling.
+
+    Args:
+        state: the app (its sandbox derives a Pydantic source's schema).
+        body: the session request (a grammar request has no messages); its ``model`` renders
+            the chat template when ``prompt_text`` is not given, and names the served model.
+        prompt_text: the prompt a live session rendered.
+    """
+    engine = state.engine_for(body.model)
+    resolved = await actions.resolve(state, body.grammar)
+    spec = resolved.spec
+    messages = body.chat_messages(spec) if body.raw_prompt is None else []
+    if prompt_text is None and messages:
+        rendered = await asyncio.to_thread(render_prompt, engine.model.tokens, messages)
+        prompt_text = rendered.text
+    derived = resolved.pydantic
+    sampling = body.sampling
+    schema = _schema(spec.source) if spec.is_json else None
+    return ExportRequest(
+        kind=spec.kind,
+        source=spec.source,
+        schema=schema,
+        options=spec.options,
+        preset=body.grammar.options.preset,
+        model=engine.model.identity.served_name or served_model(state.settings),
+        messages=tuple(Message(m.role, m.content) for m in messages),
+        raw_prompt=body.raw_prompt,
+        prompt_text=prompt_text,
+        sampling=Sampling(sampling.temperature, sampling.top_p, sampling.seed),
+        max_tokens=body.max_tokens,
+        pydantic=_pydantic(derived),
+        vllm_fallback=_vllm_fallback(schema) if spec.is_json else None,
+    )
+
+
+def _pydantic(derived: PydanticSchema | None) -> PydanticSource | None:
+    """What the snippets may carry of a Pydantic source: the source the sandbox ran (methods
+    removed), never the request's text, whose validators the sandbox never ran."""
+    if derived is None:
+        return None
+    return PydanticSource(derived.ran, derived.root, derived.stripped)
+
+
+def _vllm_fallback(schema: Any) -> str | None:
+    """The Doctor's reasons vLLM's ``auto`` would not give this schema to xgrammar, or None."""
+    reasons = vllm_rules.unsupported(schema)
+    if not reasons:
+        return None
+    return "; ".join(f"{r.message} at {r.pointer or '/'}" for r in reasons)
+
+
+async def from_session(state: AppState, handle: SessionHandle) -> ExportRequest:
+    """What the snippets reproduce for an open session: its request and its rendered prompt."""
+    body = SessionIn.model_validate(handle.request)
+    return await export_request(state, body, prompt_text=handle.session.prompt.text)

@@ -1,0 +1,1 @@
+"""The playground page and its HTMX fragments (HTML from ``templates/`` only)."""
