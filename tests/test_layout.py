@@ -230,3 +230,18 @@ def test_web_imports_no_cli_and_lower_layers_no_web() -> None:
     assert "app.cli" not in graph["app.web"]
     lower = [p for p, layer in LAYERS.items() if layer < LAYERS["app.web"]]
     assert [p for p in lower if graph[p] & {"app.web", "app.cli", "app.__main__"}] == []
+
+
+def module_graph(under: str) -> dict[str, set[str]]:
+    """Which module of ``app/<under>`` imports which other one of it."""
+    names = {module_name(p) for p in modules(APP / under)}
+    graph: dict[str, set[str]] = {name: set() for name in names}
+    for path in modules(APP / under):
+        for imp in imports(path):
+            reached = targets(imp) + [f"{imp.module}.{n}" for n in imp.names]
+            graph[module_name(path)] |= {t for t in reached if t in names} - {module_name(path)}
+    return graph
+
+
+def test_no_import_circle_between_the_modules_of_the_web_layer() -> None:
+    assert cycle(module_graph("web")) is None

@@ -32,7 +32,7 @@ __all__ = [
     "replay_request",
     "share_tests",
     "step_count",
-    "tests_request",
+    "panel_tests_request",
     "validated",
 ]
 
@@ -135,7 +135,7 @@ def replay_request(form: FormData) -> ReplayIn:
     )
 
 
-def tests_request(form: FormData) -> tuple[SchemaTestsIn, list[Any]]:
+def panel_tests_request(form: FormData) -> tuple[SchemaTestsIn, list[Any]]:
     """The Tests panel's request (the form's grammar and model, its ``tests`` as a JSON list),
     and the verdicts recorded with each test (None where none was)."""
     listed, recorded = listed_tests(str(form.get("tests") or ""))

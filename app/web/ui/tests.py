@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from app.web.deps import StateDep
-from app.web.forms import tests_request
+from app.web.forms import panel_tests_request
 from app.web.services import schema_tests
 
 __all__ = ["router"]
@@ -18,7 +18,7 @@ router = APIRouter(include_in_schema=False)
 async def tests_fragment(request: Request, state: StateDep) -> HTMLResponse:
     """The Tests panel's table for the form's grammar and the tests it sends (``tests``), with
     the picked model's tokenizer."""
-    body, recorded = tests_request(await request.form())
+    body, recorded = panel_tests_request(await request.form())
     engine = state.engine_for(body.model)
     results = await schema_tests.run(state, engine, body.grammar, body.tests)
     rows = [
