@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from app.__main__ import _hosts_warning
+from app.cli.serve import hosts_warning
 from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
@@ -108,13 +108,13 @@ def test_a_wildcard_bind_serves_loopback_names_and_says_so(
     for wildcard in ("0.0.0.0", "::"):
         settings = Settings(cache_dir=tmp_path, host=wildcard)
         assert allowed_hosts(settings) == {"localhost", "127.0.0.1", "[::1]"}
-        warning = _hosts_warning(settings)
+        warning = hosts_warning(settings)
         assert warning is not None and "MASKSCOPE_ALLOWED_HOSTS is not set" in warning
         assert "only localhost, 127.0.0.1 and [::1] are answered" in warning
     named = Settings(cache_dir=tmp_path, host="0.0.0.0", allowed_hosts=["maskscope.example"])
-    assert _hosts_warning(named) is None
+    assert hosts_warning(named) is None
     assert allowed_hosts(named) == {"maskscope.example"}
-    assert _hosts_warning(Settings(cache_dir=tmp_path)) is None
+    assert hosts_warning(Settings(cache_dir=tmp_path)) is None
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,173 @@
+"""What several commands share: the grammar flags (a schema file, the compile options, --engine,
+--model), the grammar request they describe, and the engine --model names."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.doctor import PydanticSource
+    from app.engine import AnyEngine, GrammarSpec, MaskingLibrary, Validation
+
+__all__ = [
+    "Command",
+    "GrammarRequest",
+    "add_compare_argument",
+    "add_grammar_arguments",
+    "close_engine",
+    "compare_library",
+    "grammar_request",
+    "kind_of",
+    "load_engine",
+]
+
+#: A command's body: the parsed arguments and the run's settings in, the exit status out.
+Command = Callable[[argparse.Namespace, Settings], int]
+
+KIND_BY_SUFFIX = {".json": "json_schema", ".py": "pydantic", ".ebnf": "ebnf", ".regex": "regex"}
+KINDS = ("json_schema", "pydantic", "ebnf", "regex")
+PRESETS = ("maskscope", "xgrammar", "vllm", "sglang")
+ENGINES = ("xgrammar", "llguidance")
+
+
+def add_grammar_arguments(parser: argparse.ArgumentParser) -> None:
+    """The schema file, its kind, the compile options the page has, ``--engine`` and
+    ``--model``."""
+    parser.add_argument("--schema", required=True, type=Path, help="schema or grammar file")
+    parser.add_argument("--kind", choices=KINDS, help="default: from the file's extension")
+    parser.add_argument(
+        "--preset", choices=PRESETS, default="maskscope",
+        help="the options a serving engine passes to xgrammar (default: maskscope)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--any-whitespace", action="store_true", help="allow any whitespace in JSON (slower)"
+    )
+    parser.add_argument("--no-strict", action="store_true", help="strict_mode=False")
+    parser.add_argument("--indent", type=int, help="indentation of the JSON")
+    parser.add_argument("--separators", nargs=2, metavar=("ITEM", "KEY"), help="e.g. ', ' ': '")
+    parser.add_argument("--max-whitespace", type=int, help="max_whitespace_cnt")
+    parser.add_argument("--root-model", help="Pydantic: the model to use (default: the last)")
+    parser.add_argument(
+        "--engine", choices=ENGINES, default="xgrammar",
+        help="the library that computes the mask (default: xgrammar)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--model", default="local",
+        help="`local` (default), or a remote engine's id from MASKSCOPE_REMOTE_ENGINES: the model "
+        "that runs, and the tokenizer the masks are computed with",
+    )  # fmt: skip
+
+
+def add_compare_argument(parser: argparse.ArgumentParser) -> None:
+    """``--compare``: a second masking library following the same tokens."""
+    parser.add_argument(
+        "--compare", choices=ENGINES,
+        help="compare mode: this engine follows the same tokens and its differences are shown",
+    )  # fmt: skip
+
+
+def kind_of(args: argparse.Namespace) -> str:
+    """The grammar kind: ``--kind``, else the schema file's extension.
+
+    Raises:
+        SystemExit: neither tells it.
+    """
+    kind: str | None = args.kind or KIND_BY_SUFFIX.get(args.schema.suffix)
+    if kind is None:
+        raise SystemExit(f"cannot tell the kind of {args.schema} from its extension: use --kind")
+    return kind
+
+
+@dataclass(frozen=True)
+class GrammarRequest:
+    """The grammar flags made ready for the engine; a Pydantic source through the sandbox.
+
+    Attributes:
+        spec: what the engine compiles (a Pydantic source as its derived JSON Schema).
+        pydantic: what the Doctor and the tests need of a Pydantic source (None for others).
+        validate: validates one text with the Pydantic model itself (None for others).
+    """
+
+    spec: GrammarSpec
+    pydantic: PydanticSource | None = None
+    validate: Callable[[str], Validation] | None = None
+
+
+def grammar_request(args: argparse.Namespace, settings: Settings) -> GrammarRequest:
+    """The grammar request the flags describe, built by the API's request models.
+
+    The models are constructed without their validation: their caps (an indent of at most 16,
+    a 256 KiB source, ...) guard a shared server, and the command line, run by the operator on
+    their own files, has never applied them.
+    """
+    from app.web.models import GrammarIn, OptionsIn
+
+    kind = kind_of(args)
+    source = args.schema.read_text(encoding="utf-8")
+    grammar = GrammarIn.model_construct(
+        kind=kind, source=source, options=OptionsIn.model_construct(**_options(args)),
+        engine=args.engine,
+    )  # fmt: skip
+    if kind != "pydantic":
+        return GrammarRequest(grammar.to_spec())
+    grammar.options.effective(args.engine)  # bad options are reported before the sandbox runs
+    from app.doctor import PydanticSource
+    from app.sandbox.sandbox import Sandbox
+
+    sandbox = Sandbox.from_settings(settings)
+    derived = sandbox.schema(source, args.root_model)
+    spec = grammar.to_spec(json.dumps(derived.schema, indent=2))
+    validate_many = functools.partial(sandbox.validate_many, source, args.root_model)
+    validate = functools.partial(sandbox.validate, source, args.root_model)
+    return GrammarRequest(spec, PydanticSource(source, derived.root, validate_many), validate)
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """The compile options given on the command line, as ``OptionsIn`` fields (None: the
+    preset's)."""
+    return {
+        "preset": args.preset,
+        "any_whitespace": True if args.any_whitespace else None,
+        "strict_mode": False if args.no_strict else None,
+        "indent": args.indent,
+        "separators": tuple(args.separators) if args.separators else None,
+        "max_whitespace_cnt": args.max_whitespace,
+        "root_model": args.root_model,
+    }
+
+
+def compare_library(args: argparse.Namespace) -> MaskingLibrary | None:
+    """The ``--compare`` library, or None without compare mode."""
+    from app.engine import MaskingLibrary
+
+    return MaskingLibrary(args.compare) if args.compare else None
+
+
+def load_engine(args: argparse.Namespace, settings: Settings) -> AnyEngine:
+    """The engine ``--model`` names: the local model, or a remote engine of
+    ``MASKSCOPE_REMOTE_ENGINES`` (checked once; no local model is loaded then)."""
+    from app.engine import Engine
+    from app.settings import LOCAL_MODEL_ID
+
+    if args.model == LOCAL_MODEL_ID:
+        return Engine.load(settings)
+    from app.engine.remote.engines import open_remote
+
+    return open_remote(settings, args.model)
+
+
+def close_engine(engine: AnyEngine) -> None:
+    """Close the engine, and a remote engine's client too."""
+    from app.engine.remote.model import RemoteModel
+
+    engine.close()
+    if isinstance(engine.model, RemoteModel):
+        engine.model.close()
