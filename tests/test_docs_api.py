@@ -17,6 +17,7 @@ from typing import Any
 
 import fastapi.routing
 import pytest
+from fastapi import FastAPI
 
 import app as app_package
 from app import exceptions
@@ -64,7 +65,7 @@ def unquoted(cell: str) -> str:
 
 
 def first_column(text: str) -> list[str]:
-    """The names in the first column of the first table in ``text``."""
+    """The names in the first column of the table in ``text``."""
     return [unquoted(cells[0]) for cells in rows(text)]
 
 
@@ -75,15 +76,21 @@ def field_tables(doc: str) -> dict[str, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def openapi(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    settings = Settings(db_path=tmp_path_factory.mktemp("docs") / "maskscope.db")
-    return create_app(settings).openapi()
+def built(tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
+    """The app as ``create_app`` builds it (no model is loaded: nothing here starts it)."""
+    return create_app(Settings(db_path=tmp_path_factory.mktemp("docs") / "maskscope.db"))
 
 
 @pytest.fixture(scope="module")
-def page_routes(tmp_path_factory: pytest.TempPathFactory) -> set[tuple[str, str]]:
-    settings = Settings(db_path=tmp_path_factory.mktemp("docs") / "maskscope.db")
-    routes: Iterable[Any] = create_app(settings).routes
+def openapi(built: FastAPI) -> dict[str, Any]:
+    """The app's OpenAPI document."""
+    return built.openapi()
+
+
+@pytest.fixture(scope="module")
+def page_routes(built: FastAPI) -> set[tuple[str, str]]:
+    """The app's own routes left out of the OpenAPI document (the page), as (method, path)."""
+    routes: Iterable[Any] = built.routes
     # FastAPI >= 0.165 keeps included routers as such in ``app.routes``; this walks them.
     walk = getattr(fastapi.routing, "iter_route_contexts", None)
     if walk is not None:
