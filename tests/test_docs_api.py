@@ -21,7 +21,7 @@ from fastapi import FastAPI
 
 import app as app_package
 from app import exceptions
-from app.engine import records
+from app.engine import StopReason, records
 from app.main import create_app
 from app.settings import Settings
 from app.web.errors import STATUS, install_error_handlers
@@ -194,6 +194,36 @@ def test_the_step_record_is_documented_field_by_field() -> None:
     documented = first_column(section(DOC, "### `StepRecord`"))
     fields = [f.name for f in dataclasses.fields(records.StepRecord)]
     assert documented == fields  # in the dataclass's order, so a reader finds them
+
+
+def _choices(schema: Any) -> list[Any]:
+    """The values a property's schema allows, when it lists them (a ``Literal``)."""
+    if not isinstance(schema, dict):
+        return []
+    out = [*schema.get("enum", []), *([schema["const"]] if "const" in schema else [])]
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems", "items"):
+        inner = schema.get(key)
+        for item in inner if isinstance(inner, list) else [inner]:
+            out += _choices(item)
+    return out
+
+
+def test_every_choice_of_a_field_is_in_its_row(openapi: dict[str, Any]) -> None:
+    for name, schema in openapi["components"]["schemas"].items():
+        if name in FASTAPI_OWN:
+            continue
+        table = {
+            unquoted(cells[0]): " | ".join(cells) for cells in rows(section(DOC, f"### `{name}`"))
+        }
+        for field, prop in schema.get("properties", {}).items():
+            for choice in _choices(prop):
+                assert f'"{choice}"' in table[field], f"{name}.{field}: {choice!r} not documented"
+
+
+def test_every_stop_reason_is_documented() -> None:
+    text = section(DOC, "### Step response")
+    for reason in StopReason:
+        assert f'"{reason.value}"' in text and f"`{reason.value}`" in text, reason
 
 
 def _error_classes() -> list[type[exceptions.MaskscopeError]]:
