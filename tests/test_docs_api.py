@@ -115,12 +115,13 @@ def record_dataclasses() -> dict[str, list[str]]:
 
 
 def openapi_models(openapi: dict[str, Any]) -> dict[str, list[str]]:
-    """The request and answer models of the OpenAPI schema, by name: their top-level fields."""
+    """The request and answer models of the OpenAPI schema, by name: their top-level fields
+    (enums, which a model may name, are not models)."""
     schemas = openapi["components"]["schemas"]
     return {
         name: list(schema.get("properties", {}))
         for name, schema in schemas.items()
-        if name not in FASTAPI_OWN
+        if name not in FASTAPI_OWN and "enum" not in schema
     }
 
 
@@ -196,27 +197,30 @@ def test_the_step_record_is_documented_field_by_field() -> None:
     assert documented == fields  # in the dataclass's order, so a reader finds them
 
 
-def _choices(schema: Any) -> list[Any]:
-    """The values a property's schema allows, when it lists them (a ``Literal``)."""
+def _choices(schema: Any, schemas: dict[str, Any]) -> list[Any]:
+    """The values a property's schema allows, when it lists them (a ``Literal`` or an enum)."""
     if not isinstance(schema, dict):
         return []
+    if "$ref" in schema:
+        return _choices(schemas[schema["$ref"].rsplit("/", 1)[-1]], schemas)
     out = [*schema.get("enum", []), *([schema["const"]] if "const" in schema else [])]
     for key in ("anyOf", "oneOf", "allOf", "prefixItems", "items"):
         inner = schema.get(key)
         for item in inner if isinstance(inner, list) else [inner]:
-            out += _choices(item)
+            out += _choices(item, schemas)
     return out
 
 
 def test_every_choice_of_a_field_is_in_its_row(openapi: dict[str, Any]) -> None:
-    for name, schema in openapi["components"]["schemas"].items():
-        if name in FASTAPI_OWN:
-            continue
+    schemas = openapi["components"]["schemas"]
+    for name in openapi_models(openapi):
         table = {
             unquoted(cells[0]): " | ".join(cells) for cells in rows(section(DOC, f"### `{name}`"))
         }
-        for field, prop in schema.get("properties", {}).items():
-            for choice in _choices(prop):
+        for field, prop in schemas[name].get("properties", {}).items():
+            if "$ref" in prop and "enum" not in schemas[prop["$ref"].rsplit("/", 1)[-1]]:
+                continue  # a model: its own table lists its choices
+            for choice in _choices(prop, schemas):
                 assert f'"{choice}"' in table[field], f"{name}.{field}: {choice!r} not documented"
 
 
