@@ -12,7 +12,7 @@ import pytest
 from app.cli.main import main, parser
 from app.cli.options import grammar_request
 from app.settings import Settings
-from app.web.models import GrammarIn
+from app.web.bodies import GrammarIn
 from tests.engine.remote.conftest import spec_for
 
 ROOT = Path(__file__).resolve().parent.parent

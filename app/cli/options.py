@@ -108,7 +108,7 @@ def grammar_request(args: argparse.Namespace, settings: Settings) -> GrammarRequ
     a 256 KiB source, ...) guard a shared server, and the command line, run by the operator on
     their own files, has never applied them.
     """
-    from app.web.models import GrammarIn, OptionsIn
+    from app.web.bodies import GrammarIn, OptionsIn
 
     kind = kind_of(args)
     source = args.schema.read_text(encoding="utf-8")
