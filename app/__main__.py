@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app import vocabulary
 from app.exceptions import MaskscopeError
 
 if TYPE_CHECKING:
@@ -20,9 +21,10 @@ if TYPE_CHECKING:
     from app.settings import Settings
 
 _KIND_BY_SUFFIX = {".json": "json_schema", ".py": "pydantic", ".ebnf": "ebnf", ".regex": "regex"}
-_KINDS = ("json_schema", "pydantic", "ebnf", "regex")
+_KINDS = tuple(kind.value for kind in vocabulary.SourceKind)
 _BACKENDS = ("xgrammar", "vllm", "sglang", "llguidance", "openai_strict")
-_ENGINES = ("xgrammar", "llguidance")
+_ENGINES = tuple(library.value for library in vocabulary.MaskingLibrary)
+_PRESETS = tuple(preset.value for preset in vocabulary.Preset)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -80,7 +82,7 @@ def _grammar_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schema", required=True, type=Path, help="schema or grammar file")
     parser.add_argument("--kind", choices=_KINDS, help="default: from the file's extension")
     parser.add_argument(
-        "--preset", choices=("maskscope", "xgrammar", "vllm", "sglang"), default="maskscope",
+        "--preset", choices=_PRESETS, default=vocabulary.Preset.MASKSCOPE.value,
         help="the options a serving engine passes to xgrammar (default: maskscope)",
     )  # fmt: skip
     parser.add_argument(

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Header, HTTPException, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
+from app.caps import MAX_TOKENS
 from app.examples import load_examples
 from app.settings import LOCAL_MODEL_ID
 from app.web import actions, sharing
@@ -131,7 +132,9 @@ async def events(
     handle: HandleDep,
     state: StateDep,
     fmt: Annotated[Literal["html", "json"], Query(alias="format")] = "html",
-    after: Annotated[int, Query(ge=-1, le=4096, description="send steps after this index")] = -1,
+    after: Annotated[
+        int, Query(ge=-1, le=MAX_TOKENS, description="send steps after this index")
+    ] = -1,
     last_event_id: Annotated[str | None, Header(max_length=16)] = None,
 ) -> Response:
     """Run the session, streaming each step as a server-sent event.

@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 from starlette.datastructures import FormData
 
+from app.caps import MAX_STEP_COUNT
 from app.engine import PRESETS, MaskingLibrary, StepRecord, presets
 from app.engine.mask_summary import summarize_mask
 from app.examples import Example, load_examples
@@ -38,7 +39,7 @@ __all__ = ["form_session_request", "router"]
 router = APIRouter(include_in_schema=False)
 
 #: The most steps one page request takes (the API's cap on ``n``).
-STEP_N_MAX = 512
+STEP_N_MAX = MAX_STEP_COUNT
 
 
 def _render(state: AppState, request: Request, name: str, context: dict[str, Any]) -> HTMLResponse:
