@@ -29,9 +29,7 @@ from app.engine import (
     GrammarSpec,
     LibraryName,
     MaskingLibrary,
-    Preset,
     PresetName,
-    SourceKind,
     SourceKindName,
     presets,
     with_schema,
@@ -87,7 +85,7 @@ class OptionsIn(_Strict):
     """Compile options: a preset, then explicit options that override it."""
 
     preset: PresetName = Field(
-        default=Preset.MASKSCOPE.value,
+        default="maskscope",
         description="options a serving engine passes to xgrammar by default; "
         "`maskscope` is any_whitespace=false",
     )
@@ -98,7 +96,7 @@ class OptionsIn(_Strict):
     max_whitespace_cnt: int | None = Field(default=None, ge=1, le=1024)
     root_model: str | None = Field(default=None, max_length=200)
 
-    def effective(self, engine: Library = MaskingLibrary.XGRAMMAR.value) -> CompileOptions:
+    def effective(self, engine: Library = "xgrammar") -> CompileOptions:
         """The preset's options (as they are when ``engine`` masks) with the explicit ones
         applied."""
         overrides = {
@@ -110,7 +108,7 @@ class OptionsIn(_Strict):
             overrides["max_whitespace_cnt"] = self.max_whitespace_cnt
         return dataclasses.replace(presets(MaskingLibrary(engine))[self.preset], **overrides)
 
-    def echo(self, engine: Library = MaskingLibrary.XGRAMMAR.value) -> dict[str, Any]:
+    def echo(self, engine: Library = "xgrammar") -> dict[str, Any]:
         """The effective options as the API returns them."""
         effective = self.effective(engine).to_dict()
         return {"preset": self.preset, **effective, "root_model": self.root_model}
@@ -133,9 +131,7 @@ class GrammarIn(_Strict):
     kind: SourceKindName
     source: Text = Field(max_length=MAX_SOURCE_BYTES)
     options: OptionsIn = Field(default_factory=OptionsIn)
-    engine: Library = Field(
-        default=MaskingLibrary.XGRAMMAR.value, description="the library that computes the mask"
-    )
+    engine: Library = Field(default="xgrammar", description="the library that computes the mask")
 
     def check_size(self, settings: Settings) -> None:
         """Refuse a source above the settings' size limit."""
@@ -149,7 +145,7 @@ class GrammarIn(_Strict):
     def to_spec(self, json_schema: str | None = None) -> GrammarSpec:
         """The engine's grammar spec; a Pydantic source compiles as its derived ``json_schema``."""
         options, library = self.options.effective(self.engine), MaskingLibrary(self.engine)
-        if self.kind == SourceKind.PYDANTIC:
+        if self.kind == "pydantic":
             assert json_schema is not None
             return GrammarSpec(GrammarKind.JSON_SCHEMA, json_schema, options, library)
         return GrammarSpec(GrammarKind(self.kind), self.source, options, library)
