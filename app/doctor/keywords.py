@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine.jsonpointer import pointer_from_parts, split_pointer
+from app.paths import pointer_from_parts, split_pointer
 
 __all__ = [
     "CONSTRAINT_KEYWORDS",

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.engine import CompileOptions, Rejection
+from app.paths import escape_token, parse_path
 
 __all__ = ["ReplayCause", "explain", "schema_at"]
 
-_PART = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]")
 _WHITESPACE = {" ": "a space", "\n": "a newline", "\t": "a tab", "\r": "a carriage return"}
 
 
@@ -39,24 +39,6 @@ class ReplayCause:
     whitespace: bool = False
 
 
-def _parts(path: str) -> list[str | int] | None:
-    if not path.startswith("$"):
-        return None
-    parts: list[str | int] = []
-    rest = path[1:]
-    while rest:
-        match = _PART.match(rest)
-        if match is None:
-            return None
-        key, index, quoted = match.groups()
-        if index is not None:
-            parts.append(int(index))
-        else:
-            parts.append(key if key is not None else re.sub(r"\\(.)", r"\1", quoted))
-        rest = rest[match.end() :]
-    return parts
-
-
 def _expand(root: dict[str, Any], node: Any, pointer: str, depth: int = 0) -> list[tuple[str, Any]]:
     """``node`` and what it stands for: the target of a ``$ref``, the branches of a union."""
     if not isinstance(node, dict) or depth > 16:
@@ -74,13 +56,9 @@ def _expand(root: dict[str, Any], node: Any, pointer: str, depth: int = 0) -> li
     return found
 
 
-def _escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
-
-
 def schema_at(schema: dict[str, Any], path: str) -> list[tuple[str, dict[str, Any]]]:
     """The subschemas (pointer, schema) that may describe the value at a JSONPath."""
-    parts = _parts(path)
+    parts = parse_path(path)
     if parts is None:
         return []
     current = _expand(schema, schema, "")
@@ -89,7 +67,7 @@ def schema_at(schema: dict[str, Any], path: str) -> list[tuple[str, dict[str, An
         for pointer, node in current:
             if isinstance(part, str) and isinstance(node.get("properties"), dict):
                 if part in node["properties"]:
-                    child = f"{pointer}/properties/{_escape(part)}"
+                    child = f"{pointer}/properties/{escape_token(part)}"
                     following += _expand(schema, node["properties"][part], child)
             elif isinstance(part, int):
                 prefix = node.get("prefixItems")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-from app.engine.jsonpointer import locate, split_pointer
+from app.engine.jsonpointer import locate
+from app.paths import split_pointer
 
 __all__ = ["json_lines", "pydantic_lines"]
 

@@ -19,9 +19,10 @@ from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
-from app.engine.jsonpointer import line_column, locate, pointer_from_parts
+from app.engine.jsonpointer import line_column, locate
 from app.engine.keyword_probe import without_keyword
 from app.exceptions import GrammarError
+from app.paths import pointer_from_parts
 
 __all__ = [
     "clean_message",

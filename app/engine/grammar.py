@@ -5,10 +5,18 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from app.exceptions import InvalidInput
+from app.vocabulary import (
+    GrammarKind,
+    LibraryName,
+    MaskingLibrary,
+    Preset,
+    PresetName,
+    SourceKind,
+    SourceKindName,
+)
 
 __all__ = [
     "PRESETS",
@@ -16,24 +24,14 @@ __all__ = [
     "CompileResult",
     "GrammarKind",
     "GrammarSpec",
+    "LibraryName",
     "MaskingLibrary",
+    "Preset",
+    "PresetName",
+    "SourceKind",
+    "SourceKindName",
     "presets",
 ]
-
-
-class GrammarKind(StrEnum):
-    """The source languages xgrammar compiles directly."""
-
-    JSON_SCHEMA = "json_schema"
-    EBNF = "ebnf"
-    REGEX = "regex"
-
-
-class MaskingLibrary(StrEnum):
-    """The libraries that can compute the mask (the grammar request's ``engine``)."""
-
-    XGRAMMAR = "xgrammar"
-    LLGUIDANCE = "llguidance"
 
 
 @dataclass(frozen=True)
@@ -74,10 +72,10 @@ class CompileOptions:
 #: unless started with ``disable_any_whitespace`` / ``--constrained-json-disable-any-whitespace``,
 #: and leave the other options at xgrammar's defaults); ``maskscope`` is ours (see the README).
 PRESETS: dict[str, CompileOptions] = {
-    "maskscope": CompileOptions(),
-    "xgrammar": CompileOptions(any_whitespace=True),
-    "vllm": CompileOptions(any_whitespace=True),
-    "sglang": CompileOptions(any_whitespace=True),
+    Preset.MASKSCOPE.value: CompileOptions(),
+    Preset.XGRAMMAR.value: CompileOptions(any_whitespace=True),
+    Preset.VLLM.value: CompileOptions(any_whitespace=True),
+    Preset.SGLANG.value: CompileOptions(any_whitespace=True),
 }
 
 #: Options by preset when llguidance masks. vLLM's guidance backend
@@ -88,8 +86,8 @@ PRESETS: dict[str, CompileOptions] = {
 #: separators, so llguidance's own ``,`` and ``:`` apply: ``any_whitespace`` gives those too.
 _LLGUIDANCE_PRESETS: dict[str, CompileOptions] = {
     **PRESETS,
-    "vllm": CompileOptions(any_whitespace=True, strict_mode=False),
-    "sglang": CompileOptions(any_whitespace=True, strict_mode=False),
+    Preset.VLLM.value: CompileOptions(any_whitespace=True, strict_mode=False),
+    Preset.SGLANG.value: CompileOptions(any_whitespace=True, strict_mode=False),
 }
 
 

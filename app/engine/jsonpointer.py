@@ -1,26 +1,19 @@
-"""JSON pointers (RFC 6901): build them, and find where one points in the source text."""
+"""Where a JSON pointer (RFC 6901) points in the source text: line and column.
+
+Pointers themselves are built, split and escaped in :mod:`app.paths`; the two names re-exported
+here keep this module's old imports working.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+
+from app.paths import pointer_from_parts, split_pointer
 
 __all__ = ["line_column", "locate", "pointer_from_parts", "split_pointer"]
 
 _DECODER = json.JSONDecoder()
 _WHITESPACE = " \t\n\r"
-
-
-def pointer_from_parts(parts: Iterable[str | int]) -> str:
-    """Build a JSON pointer, e.g. ``["properties", "a/b"]`` -> ``/properties/a~1b``."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
-
-
-def split_pointer(pointer: str) -> list[str]:
-    """Split a JSON pointer into its unescaped reference tokens (``""`` -> ``[]``)."""
-    if not pointer:
-        return []
-    return [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]]
 
 
 def line_column(source: str, offset: int) -> tuple[int, int]:

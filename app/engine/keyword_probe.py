@@ -12,7 +12,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.jsonpointer import split_pointer
+from app.paths import split_pointer
 
 __all__ = ["KeywordProbe", "ProbeResult", "without_keyword"]
 

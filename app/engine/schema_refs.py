@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 
-from app.engine.jsonpointer import locate, pointer_from_parts
+from app.engine.jsonpointer import locate
 from app.exceptions import GrammarError
+from app.paths import pointer_from_parts, unescape_token
 
 __all__ = ["ReferenceRefused", "check_refs"]
 
@@ -204,7 +205,7 @@ def _resolve(document: _Document, base: str, value: str) -> Parts | str:
     parts: list[str | int] = list(resource)
     node: Any = _at(document, resource)
     for token in fragment.split("/")[1:] if fragment else []:
-        token = token.replace("~1", "/").replace("~0", "~")
+        token = unescape_token(token)
         if isinstance(node, dict) and token in node:
             node = node[token]
             parts.append(token)

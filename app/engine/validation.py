@@ -12,9 +12,9 @@ import json
 from jsonschema.protocols import Validator
 
 from app.engine.grammar import GrammarSpec
-from app.engine.jsonpath import format_path
 from app.engine.jsonschema_safe import error_list, schema_validator
 from app.engine.records import Validation, ValidationError
+from app.paths import format_path
 
 __all__ = ["validate_output"]
 

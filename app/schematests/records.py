@@ -6,15 +6,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from app.caps import MAX_TESTS, MAX_TEXT_BYTES
 from app.engine import Rejection, ReplayResult, Validation
 
 __all__ = ["MAX_TESTS", "MAX_TEXT_BYTES", "Expect", "GrammarVerdict", "SchemaTest",
            "SchemaTestResult"]  # fmt: skip
-
-#: The most tests one run (and one permalink) holds.
-MAX_TESTS = 100
-#: The largest text of one test, in UTF-8 bytes.
-MAX_TEXT_BYTES = 64 * 1024
 
 
 class Expect(StrEnum):

@@ -8,18 +8,34 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from app.caps import (
+    MAX_ACTIONS,
+    MAX_MESSAGES_BYTES,
+    MAX_REPLAY_TOKENS,
+    MAX_SEED,
+    MAX_SOURCE_BYTES,
+    MAX_STEP_COUNT,
+    MAX_TESTS,
+    MAX_TEXT_BYTES,
+    MAX_TOKEN_ID,
+    MAX_TOKENS,
+    MAX_TOP_K,
+)
 from app.doctor import DEFAULT_BUDGET_MS, MAX_BUDGET_MS
 from app.engine import (
     ChatMessage,
     CompileOptions,
     GrammarKind,
     GrammarSpec,
+    LibraryName,
     MaskingLibrary,
+    PresetName,
+    SourceKindName,
     presets,
     with_schema,
 )
 from app.exceptions import InvalidInput, TooLarge
-from app.schematests import MAX_TESTS, MAX_TEXT_BYTES, Expect, SchemaTest
+from app.schematests import Expect, SchemaTest
 from app.settings import LOCAL_MODEL_ID, Settings
 
 __all__ = [
@@ -43,9 +59,6 @@ __all__ = [
     "listed_tests",
 ]
 
-MAX_SOURCE_CHARS = 256 * 1024
-MAX_MESSAGE_CHARS = 32 * 1024
-
 
 def _valid_unicode(value: str) -> str:
     try:
@@ -57,7 +70,7 @@ def _valid_unicode(value: str) -> str:
 
 Text = Annotated[str, AfterValidator(_valid_unicode)]
 Separator = Annotated[str, Field(max_length=8)]
-Library = Literal["xgrammar", "llguidance"]
+Library = LibraryName
 Compare = Annotated[
     Library | None,
     Field(description="compare mode: this engine follows the same tokens (the other engine)"),
@@ -71,7 +84,7 @@ class _Strict(BaseModel):
 class OptionsIn(_Strict):
     """Compile options: a preset, then explicit options that override it."""
 
-    preset: Literal["maskscope", "xgrammar", "vllm", "sglang"] = Field(
+    preset: PresetName = Field(
         default="maskscope",
         description="options a serving engine passes to xgrammar by default; "
         "`maskscope` is any_whitespace=false",
@@ -115,8 +128,8 @@ ModelId = Annotated[
 class GrammarIn(_Strict):
     """A grammar request: what to compile and how."""
 
-    kind: Literal["json_schema", "pydantic", "ebnf", "regex"]
-    source: Text = Field(max_length=MAX_SOURCE_CHARS)
+    kind: SourceKindName
+    source: Text = Field(max_length=MAX_SOURCE_BYTES)
     options: OptionsIn = Field(default_factory=OptionsIn)
     engine: Library = Field(default="xgrammar", description="the library that computes the mask")
 
@@ -148,7 +161,7 @@ class MessageIn(_Strict):
     """One chat message."""
 
     role: Literal["system", "user", "assistant"]
-    content: Text = Field(max_length=MAX_MESSAGE_CHARS)
+    content: Text = Field(max_length=MAX_MESSAGES_BYTES)
 
 
 class SamplingIn(_Strict):
@@ -157,7 +170,7 @@ class SamplingIn(_Strict):
     temperature: float = Field(default=0.0, ge=0.0, le=10.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     seed: int | None = Field(
-        default=None, ge=0, le=2**63 - 1, description="null: a random seed, echoed back"
+        default=None, ge=0, le=MAX_SEED, description="null: a random seed, echoed back"
     )
 
 
@@ -166,13 +179,13 @@ class SessionIn(_Strict):
 
     grammar: GrammarIn
     messages: list[MessageIn] = Field(default_factory=list, max_length=64)
-    raw_prompt: Text | None = Field(default=None, max_length=MAX_MESSAGE_CHARS)
+    raw_prompt: Text | None = Field(default=None, max_length=MAX_MESSAGES_BYTES)
     schema_in_prompt: bool = Field(
         default=False, description="append the JSON Schema to the system message"
     )
     sampling: SamplingIn = Field(default_factory=SamplingIn)
-    max_tokens: int = Field(default=256, ge=1, le=4096)
-    top_k: int = Field(default=10, ge=1, le=100)
+    max_tokens: int = Field(default=256, ge=1, le=MAX_TOKENS)
+    top_k: int = Field(default=10, ge=1, le=MAX_TOP_K)
     model: ModelId = LOCAL_MODEL_ID
     compare: Compare = None
 
@@ -184,9 +197,9 @@ class SessionIn(_Strict):
     @model_validator(mode="after")
     def _prompt_size(self) -> SessionIn:
         size = self.prompt_bytes()
-        if size > MAX_MESSAGE_CHARS:
+        if size > MAX_MESSAGES_BYTES:
             raise ValueError(
-                f"the prompt is {size} bytes in total; the limit is {MAX_MESSAGE_CHARS}"
+                f"the prompt is {size} bytes in total; the limit is {MAX_MESSAGES_BYTES}"
             )
         return self
 
@@ -258,9 +271,9 @@ class ActionIn(_Strict):
     """One thing done to a session, for a permalink's trace."""
 
     op: Literal["step", "back", "force"]
-    n: int = Field(default=1, ge=1, le=4096)
-    token_id: int | None = Field(default=None, ge=0, le=2**31 - 1)
-    at: int | None = Field(default=None, ge=0, le=4096)
+    n: int = Field(default=1, ge=1, le=MAX_STEP_COUNT)
+    token_id: int | None = Field(default=None, ge=0, le=MAX_TOKEN_ID)
+    at: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
 
     @model_validator(mode="after")
     def _force_names_a_token(self) -> ActionIn:
@@ -272,7 +285,7 @@ class ActionIn(_Strict):
 class PermalinkIn(SessionIn):
     """A session request, the trace to replay on it, and the schema's unit tests."""
 
-    actions: list[ActionIn] = Field(default_factory=list, max_length=4096)
+    actions: list[ActionIn] = Field(default_factory=list, max_length=MAX_ACTIONS)
     tests: SchemaTests = Field(
         default_factory=list, description="schema unit tests kept with the link"
     )
@@ -287,15 +300,15 @@ class OpenPermalinkIn(_Strict):
 class CountIn(_Strict):
     """How many steps to take or undo."""
 
-    n: int = Field(default=1, ge=1, le=512)
+    n: int = Field(default=1, ge=1, le=MAX_STEP_COUNT)
 
 
 class ForceIn(_Strict):
     """A token to force, at the next step or, going back first, at an earlier one."""
 
-    token_id: int = Field(ge=0, le=2**31 - 1)
+    token_id: int = Field(ge=0, le=MAX_TOKEN_ID)
     at: int | None = Field(
-        default=None, ge=0, le=4096, description="step index to force at (default: the next)"
+        default=None, ge=0, le=MAX_TOKENS, description="step index to force at (default: the next)"
     )
 
 
@@ -304,11 +317,11 @@ class ReplayIn(_Strict):
 
     grammar: GrammarIn
     model: ModelId = LOCAL_MODEL_ID
-    text: Text | None = Field(default=None, max_length=MAX_SOURCE_CHARS)
-    token_ids: list[Annotated[int, Field(ge=0, le=2**31 - 1)]] | None = Field(
-        default=None, max_length=8192
+    text: Text | None = Field(default=None, max_length=MAX_SOURCE_BYTES)
+    token_ids: list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]] | None = Field(
+        default=None, max_length=MAX_REPLAY_TOKENS
     )
-    bitmask_for: list[Annotated[int, Field(ge=0, le=8191)]] = Field(
+    bitmask_for: list[Annotated[int, Field(ge=0, le=MAX_REPLAY_TOKENS - 1)]] = Field(
         default_factory=list,
         max_length=64,
         description="token indices whose packed bitmask the answer includes",
@@ -328,7 +341,7 @@ class DoctorIn(_Strict):
     grammar: GrammarIn
     model: ModelId = LOCAL_MODEL_ID
     seed: int = Field(
-        default=0, ge=0, le=2**63 - 1, description="the same seed gives the same witnesses"
+        default=0, ge=0, le=MAX_SEED, description="the same seed gives the same witnesses"
     )
     budget_ms: int = Field(
         default=DEFAULT_BUDGET_MS,
@@ -337,7 +350,7 @@ class DoctorIn(_Strict):
         description="time the keyword comparison and the witness search may each take",
     )
     max_tokens: int | None = Field(
-        default=None, ge=1, le=4096, description="flagged when below the shortest document"
+        default=None, ge=1, le=MAX_TOKENS, description="flagged when below the shortest document"
     )
 
 

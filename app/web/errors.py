@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app import exceptions as exc
+from app.paths import pointer_from_parts
 
 __all__ = ["FORBIDDEN_RESPONSE", "STATUS", "ErrorOut", "error_response", "install_error_handlers"]
 
@@ -91,7 +92,7 @@ def error_response(request: Request, status: int, body: dict[str, Any]) -> Respo
 
 def _pointer(loc: tuple[Any, ...]) -> str:
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
-    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
+    return pointer_from_parts(parts)
 
 
 async def _maskscope_error(request: Request, error: Exception) -> Response:

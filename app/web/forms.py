@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from starlette.datastructures import FormData
 
+from app.caps import MAX_STEP_COUNT
 from app.exceptions import InvalidInput
 from app.settings import LOCAL_MODEL_ID
 from app.web.bodies import (
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 #: The most steps one page request takes (the API's cap on ``n``).
-STEP_N_MAX = 512
+STEP_N_MAX = MAX_STEP_COUNT
 
 Body = TypeVar("Body", bound=BaseModel)
 

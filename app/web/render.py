@@ -7,7 +7,7 @@ from typing import Literal
 
 from jinja2 import Environment
 
-from app.engine import StepRecord
+from app.engine import MaskingLibrary, Preset, SourceKind, StepRecord
 
 __all__ = ["ChipKind", "chip_kind", "install"]
 
@@ -52,5 +52,10 @@ def chip_kind(step: StepRecord) -> ChipKind:
 
 
 def install(env: Environment) -> None:
-    """Register the filters on a Jinja environment."""
+    """Register the filters, and the names every form lists, on a Jinja environment."""
     env.filters.update(visible=visible, b64=b64, pct=pct, hexbytes=hexbytes, chip_kind=chip_kind)
+    env.globals.update(
+        source_kinds={kind.value: kind.label for kind in SourceKind},
+        preset_labels={preset.value: preset.label for preset in Preset},
+        libraries=[library.value for library in MaskingLibrary],
+    )

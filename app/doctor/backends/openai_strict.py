@@ -15,7 +15,7 @@ from typing import Any
 
 from app.doctor.keywords import resolve_ref
 from app.doctor.records import BackendRow, Message, Verdict
-from app.engine.jsonpointer import pointer_from_parts
+from app.paths import pointer_from_parts
 
 __all__ = ["LIMITS", "RULES_VERSION", "UNSUPPORTED_KEYWORDS", "assess", "violations"]
 

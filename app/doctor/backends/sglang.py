@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from app.doctor.records import BackendRow, Message, Verdict
+from app.paths import escape_token
 
 __all__ = ["RULES_VERSION", "UNSUPPORTED_KEYWORDS", "XGRAMMAR_FORMATS", "assess", "failures"]
 
@@ -79,10 +80,6 @@ _STRING_GROUPS = (
 )
 
 
-def _escape(name: str) -> str:
-    return name.replace("~", "~0").replace("/", "~1")
-
-
 def _subschemas(schema: Any, pointer: str = "#") -> Iterator[tuple[dict[str, Any], str]]:
     """``_iter_subschemas``: schema-bearing keywords only (``$ref`` is not followed)."""
     if not isinstance(schema, dict):
@@ -102,11 +99,11 @@ def _subschemas(schema: Any, pointer: str = "#") -> Iterator[tuple[dict[str, Any
     for key in _MAP:
         if isinstance(schema.get(key), dict):
             for name, child in schema[key].items():
-                yield from _subschemas(child, f"{pointer}/{key}/{_escape(name)}")
+                yield from _subschemas(child, f"{pointer}/{key}/{escape_token(name)}")
     if isinstance(schema.get("dependencies"), dict):
         for name, child in schema["dependencies"].items():
             if isinstance(child, bool | dict):
-                yield from _subschemas(child, f"{pointer}/dependencies/{_escape(name)}")
+                yield from _subschemas(child, f"{pointer}/dependencies/{escape_token(name)}")
 
 
 def _can_describe_string(schema: dict[str, Any]) -> bool:

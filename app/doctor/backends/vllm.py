@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.doctor.records import BackendRow, Message, Verdict
-from app.engine.jsonpointer import pointer_from_parts
+from app.paths import pointer_from_parts
 
 __all__ = ["RULES", "RULES_VERSION", "Rule", "assess", "unsupported"]
 

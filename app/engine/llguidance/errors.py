@@ -8,8 +8,9 @@ from typing import Any
 
 from app.engine.compile_worker import located_error, subschemas
 from app.engine.grammar import GrammarKind
-from app.engine.jsonpointer import line_column, pointer_from_parts, split_pointer
+from app.engine.jsonpointer import line_column
 from app.exceptions import GrammarError
+from app.paths import pointer_from_parts, split_pointer
 
 __all__ = ["grammar_error", "lark_error", "schema_pointers"]
 

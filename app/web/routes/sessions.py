@@ -8,6 +8,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response
 from sse_starlette import EventSourceResponse
 
+from app.caps import MAX_TOKENS
 from app.web.bodies import CountIn, ForceIn, SessionIn
 from app.web.deps import HandleDep, StateDep
 from app.web.routes.encoding import json_response
@@ -72,7 +73,9 @@ async def events(
     handle: HandleDep,
     state: StateDep,
     fmt: Annotated[Literal["html", "json"], Query(alias="format")] = "html",
-    after: Annotated[int, Query(ge=-1, le=4096, description="send steps after this index")] = -1,
+    after: Annotated[
+        int, Query(ge=-1, le=MAX_TOKENS, description="send steps after this index")
+    ] = -1,
     last_event_id: Annotated[str | None, Header(max_length=16)] = None,
 ) -> Response:
     """Run the session, streaming each step as a server-sent event.

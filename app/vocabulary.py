@@ -1,0 +1,93 @@
+"""The names a request, the CLI and the page share: grammar kinds, masking libraries, presets.
+
+Spelled once here, in a module that imports nothing heavy, so that the command line can offer them
+as choices without loading the engine; :mod:`app.engine.grammar` re-exports them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING, Literal
+
+__all__ = [
+    "GrammarKind",
+    "LibraryName",
+    "MaskingLibrary",
+    "Preset",
+    "PresetName",
+    "SourceKind",
+    "SourceKindName",
+]
+
+
+class GrammarKind(StrEnum):
+    """The source languages xgrammar compiles directly."""
+
+    JSON_SCHEMA = "json_schema"
+    EBNF = "ebnf"
+    REGEX = "regex"
+
+
+class SourceKind(StrEnum):
+    """What a user may write a grammar in (the grammar request's ``kind``): the
+    :class:`GrammarKind` sources, and a Pydantic model, compiled as the JSON Schema it derives."""
+
+    JSON_SCHEMA = "json_schema"
+    PYDANTIC = "pydantic"
+    EBNF = "ebnf"
+    REGEX = "regex"
+
+    @property
+    def label(self) -> str:
+        """The kind's name on the page's tabs."""
+        return _SOURCE_KIND_LABELS[self]
+
+
+_SOURCE_KIND_LABELS = {
+    SourceKind.JSON_SCHEMA: "JSON",
+    SourceKind.PYDANTIC: "Pydantic",
+    SourceKind.EBNF: "EBNF",
+    SourceKind.REGEX: "Regex",
+}
+
+
+class MaskingLibrary(StrEnum):
+    """The libraries that can compute the mask (the grammar request's ``engine``)."""
+
+    XGRAMMAR = "xgrammar"
+    LLGUIDANCE = "llguidance"
+
+
+class Preset(StrEnum):
+    """The compile options a serving engine passes by default (the options' ``preset``)."""
+
+    MASKSCOPE = "maskscope"
+    XGRAMMAR = "xgrammar"
+    VLLM = "vllm"
+    SGLANG = "sglang"
+
+    @property
+    def label(self) -> str:
+        """The preset's name on the page."""
+        return _PRESET_LABELS[self]
+
+
+_PRESET_LABELS = {
+    Preset.MASKSCOPE: "Maskscope (compact JSON)",
+    Preset.XGRAMMAR: "xgrammar defaults",
+    Preset.VLLM: "vLLM default",
+    Preset.SGLANG: "SGLang default",
+}
+
+# The names as plain-string ``Literal`` types, for request bodies: Pydantic then validates and
+# documents them exactly as the hand-written ``Literal`` lists did (inline ``enum``, plain ``str``
+# values), where an enum-typed field would become a ``$ref`` in OpenAPI. mypy cannot read a
+# ``Literal`` built at run time, so it sees ``str``.
+if TYPE_CHECKING:
+    SourceKindName = str
+    LibraryName = str
+    PresetName = str
+else:
+    SourceKindName = Literal[tuple(kind.value for kind in SourceKind)]
+    LibraryName = Literal[tuple(library.value for library in MaskingLibrary)]
+    PresetName = Literal[tuple(preset.value for preset in Preset)]
