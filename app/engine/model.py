@@ -85,6 +85,9 @@ class LoadedModel:
         """A forward engine for a new session's prompt: a KV cache of its own."""
         return LocalForward(self.model, prompt_ids, device=self.device, lock=self.lock)
 
+    def close(self) -> None:
+        """Nothing to release: the weights go with the object (no process, thread or socket)."""
+
 
 def resolve_device(name: str) -> torch.device:
     """``auto`` -> cuda when torch sees a GPU, else cpu; anything else as given."""

@@ -133,3 +133,7 @@ class ServingModel(Protocol):
     def open_forward(self, prompt_ids: Sequence[int]) -> ForwardEngine:
         """A forward engine for a new session's prompt."""
         ...
+
+    def close(self) -> None:
+        """Release what the model holds open (a remote engine's connections); idempotent."""
+        ...
