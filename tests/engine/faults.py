@@ -60,24 +60,30 @@ class FaultyForward:
         self.fault = fault
 
     def distribution(self) -> RawDistribution:
+        """``inner``'s :meth:`ForwardEngine.distribution`, but for the fault."""
         return self.fault.call("distribution", self.inner.distribution)
 
     def choose(
         self, raw: RawDistribution, bitmask: torch.Tensor, sampling: SamplingParams, *, index: int
     ) -> int:
+        """``inner``'s :meth:`ForwardEngine.choose`, but for the fault."""
         return self.fault.call("choose", self.inner.choose, raw, bitmask, sampling, index=index)
 
     def with_token(self, raw: RawDistribution, token_id: int) -> RawDistribution:
+        """``inner``'s :meth:`ForwardEngine.with_token`, but for the fault."""
         return self.fault.call("with_token", self.inner.with_token, raw, token_id)
 
     def extend(self, token_id: int) -> None:
+        """``inner``'s :meth:`ForwardEngine.extend`, but for the fault."""
         self.fault.call("extend", self.inner.extend, token_id)
 
     def truncate(self, generated: int) -> None:
+        """``inner``'s :meth:`ForwardEngine.truncate`, but for the fault."""
         self.fault.call("truncate", self.inner.truncate, generated)
 
     @property
     def memory_bytes(self) -> int:
+        """``inner``'s :meth:`ForwardEngine.memory_bytes`, but for the fault."""
         return self.inner.memory_bytes
 
 
@@ -98,32 +104,41 @@ class FaultyMasking:
         self.name = inner.name
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor) -> None:
+        """``inner``'s :meth:`MaskingEngine.fill_next_token_bitmask`, but for the fault."""
         self.fault.call("fill_next_token_bitmask", self.inner.fill_next_token_bitmask, bitmask)
         if self.after_fill is not None:
             self.after_fill(bitmask)
 
     def accept_token(self, token_id: int) -> bool:
+        """``inner``'s :meth:`MaskingEngine.accept_token`, but for the fault."""
         return self.fault.call("accept_token", self.inner.accept_token, token_id)
 
     def probe_token(self, token_id: int) -> bool:
+        """``inner``'s :meth:`MaskingEngine.probe_token`, but for the fault."""
         return self.fault.call("probe_token", self.inner.probe_token, token_id)
 
     def accepts_bytes(self, data: bytes) -> bool:
+        """``inner``'s :meth:`MaskingEngine.accepts_bytes`, but for the fault."""
         return self.fault.call("accepts_bytes", self.inner.accepts_bytes, data)
 
     def rollback(self, n: int) -> None:
+        """``inner``'s :meth:`MaskingEngine.rollback`, but for the fault."""
         self.fault.call("rollback", self.inner.rollback, n)
 
     def find_jump_forward_string(self) -> str:
+        """``inner``'s :meth:`MaskingEngine.find_jump_forward_string`, but for the fault."""
         return self.fault.call("find_jump_forward_string", self.inner.find_jump_forward_string)
 
     def is_terminated(self) -> bool:
+        """``inner``'s :meth:`MaskingEngine.is_terminated`, but for the fault."""
         return self.fault.call("is_terminated", self.inner.is_terminated)
 
     def is_completed(self) -> bool:
+        """``inner``'s :meth:`MaskingEngine.is_completed`, but for the fault."""
         return self.fault.call("is_completed", self.inner.is_completed)
 
     def active_rules(self) -> list[str]:
+        """``inner``'s :meth:`MaskingEngine.active_rules`, but for the fault."""
         return self.fault.call("active_rules", self.inner.active_rules)
 
 
