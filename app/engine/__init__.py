@@ -5,6 +5,7 @@ Nothing here knows HTTP; the web layer and the CLI call :class:`Engine` and rend
 
 from app.engine.compiler import GrammarCompiler
 from app.engine.engine import AnyEngine, Engine
+from app.engine.forward.base import ModelIdentity
 from app.engine.grammar import (
     PRESETS,
     CompileOptions,
@@ -19,7 +20,7 @@ from app.engine.grammar import (
     SourceKindName,
     presets,
 )
-from app.engine.model import LoadedModel, ModelIdentity, load_model
+from app.engine.model import LoadedModel, load_model
 from app.engine.prompt import ChatMessage, Prompt, render_prompt, with_schema
 from app.engine.records import (
     Disagreement,

@@ -242,7 +242,9 @@ class GrammarCompiler:
                 self._cache_size -= evicted.size_bytes
 
     def close(self) -> None:
-        """Stop the worker processes."""
+        """Stop the worker processes (a second call does nothing)."""
+        if self._closed:  # the workers are gone: waiting for them would wait forever
+            return
         self._closed = True
         for _ in range(self._workers):
             self._idle.get().close()

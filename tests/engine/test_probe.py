@@ -10,7 +10,8 @@ import torch
 
 from app.engine import Disagreement, Engine, Session, StepRecord, StopReason
 from app.engine.probe import PROBE_SAMPLE, probe_ids
-from tests.engine.conftest import mask_bit, nested_session
+from tests.engine.conftest import faulty_nested_session, mask_bit, nested_session
+from tests.engine.faults import flip_bit
 
 
 def _allowed(n: int, allowed_ids: list[int]) -> np.ndarray:
@@ -59,18 +60,17 @@ def test_every_step_of_a_run_is_probed_and_agrees(engine: Engine) -> None:
         assert record.engine == "xgrammar"
 
 
-def _flip_at(session: Session, index: int, token_id: int) -> None:
-    """Make the masking engine fill step ``index``'s mask with one bit of ``token_id`` flipped."""
-    masking = session._masking
-    fill: Callable[[torch.Tensor], None] = masking.fill_next_token_bitmask
+def _flipped_at(engine: Engine, index: int, token_id: int) -> Session:
+    """A nested session whose masking engine fills step ``index``'s mask with one bit of
+    ``token_id`` flipped (a masking engine that lies, passed in through the constructor)."""
+    made: list[Session] = []  # the mask rewrite asks the session it is built into
 
     def flipped(bitmask: torch.Tensor) -> None:
-        fill(bitmask)
-        if len(session.steps) == index:
-            word = int(bitmask[0, token_id >> 5]) ^ (1 << (token_id & 31))
-            bitmask[0, token_id >> 5] = word - (1 << 32) if word >= 1 << 31 else word
+        if len(made[0].steps) == index:
+            flip_bit(bitmask, token_id)
 
-    masking.fill_next_token_bitmask = flipped  # type: ignore[method-assign]
+    made.append(faulty_nested_session(engine, after_fill=flipped))
+    return made[0]
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +83,7 @@ def _run_flipped(
 ) -> tuple[int, int, Session, list[StepRecord]]:
     """At the first step where ``pick`` names a token, flip its mask bit; run past that step."""
     index, victim = next((r.index, t) for r in undisturbed if (t := pick(r)) is not None)
-    session = nested_session(engine)
-    _flip_at(session, index, victim)
+    session = _flipped_at(engine, index, victim)
     return index, victim, session, session.run(index + 3)
 
 

@@ -1,18 +1,43 @@
-"""What the stepper needs from a forward engine, whichever model or server computes the logits."""
+"""What the stepper needs from a forward engine, whichever model or server computes the logits.
+
+A leaf of the engine: the models (local and remote) implement these, and nothing here imports
+them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Protocol
 
 import torch
 
-from app.engine.model import ModelIdentity
 from app.engine.sampling import SamplingParams
 from app.engine.tokens import Tokens
 
-__all__ = ["ForwardEngine", "RawDistribution", "ServingModel"]
+__all__ = ["ForwardEngine", "ModelIdentity", "RawDistribution", "ServingModel"]
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """What a trace depends on: the model, a content hash of its weights, library versions.
+
+    A remote engine has no weight hash (the server does not expose its weights): it is named by
+    its engine id, served name, tokenizer hash and vLLM version instead.
+    """
+
+    model_id: str
+    weights_sha256: str | None
+    xgrammar: str
+    transformers: str
+    torch: str
+    served_name: str | None = None
+    tokenizer_sha256: str | None = None
+    vllm: str | None = None
+
+    def to_dict(self) -> dict[str, str]:
+        """The identity as JSON-ready values (fields that do not apply are left out)."""
+        return {key: value for key, value in asdict(self).items() if value is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,4 +132,8 @@ class ServingModel(Protocol):
 
     def open_forward(self, prompt_ids: Sequence[int]) -> ForwardEngine:
         """A forward engine for a new session's prompt."""
+        ...
+
+    def close(self) -> None:
+        """Release what the model holds open (a remote engine's connections); idempotent."""
         ...

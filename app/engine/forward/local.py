@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 import xgrammar as xgr
 from transformers import DynamicCache
 
 from app.engine.forward.base import RawDistribution
-from app.engine.model import LoadedModel
 from app.engine.sampling import SamplingParams, choose_token
 
 __all__ = ["LocalForward"]
@@ -24,28 +25,37 @@ class LocalForward:
     re-runs the very forward pass that produced the step, so the logits repeat exactly.
 
     Args:
-        model: the loaded model (shared; forward passes are serialised by its lock).
+        module: the causal LM (a torch module, shared by every session on it).
         prompt_ids: the rendered prompt's token ids.
+        device: where the module runs: the input ids go there.
+        lock: held around each forward pass (the sessions on one module take turns).
     """
 
-    def __init__(self, model: LoadedModel, prompt_ids: Sequence[int]) -> None:
-        self._model = model
+    def __init__(
+        self,
+        module: Any,
+        prompt_ids: Sequence[int],
+        *,
+        device: torch.device,
+        lock: AbstractContextManager[Any],
+    ) -> None:
+        self._module = module
+        self._device = device
+        self._lock = lock
         self._prompt = tuple(prompt_ids)
         self._generated: list[int] = []
         self._cache = self._new_cache()
         self._pending: tuple[int, ...] = self._prompt
 
     def _new_cache(self) -> DynamicCache:
-        return DynamicCache(config=self._model.model.config)
+        return DynamicCache(config=self._module.config)
 
     def distribution(self) -> RawDistribution:
         """See :meth:`ForwardEngine.distribution`."""
         start = time.perf_counter()
-        ids = torch.tensor([self._pending], device=self._model.device)
-        with self._model.lock, torch.inference_mode():
-            out = self._model.model(
-                input_ids=ids, cache=self._cache, use_cache=True, logits_to_keep=1
-            )
+        ids = torch.tensor([self._pending], device=self._device)
+        with self._lock, torch.inference_mode():
+            out = self._module(input_ids=ids, cache=self._cache, use_cache=True, logits_to_keep=1)
         self._pending = ()
         logits: torch.Tensor = out.logits[0, -1].float()
         return RawDistribution(forward_ms=(time.perf_counter() - start) * 1000, logits=logits)

@@ -55,8 +55,6 @@ class RemoteEngines:
         self.slots = {spec.id: RemoteSlot(spec) for spec in settings.remote_engines}
         self._closed = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._own_compilers: list[GrammarCompiler] = []
-        self._lock = threading.Lock()
 
     def start(self, local: Engine[LoadedModel]) -> None:
         """Connect every engine in the background (a no-op when none is configured)."""
@@ -76,7 +74,10 @@ class RemoteEngines:
                 log.warning("%s; retrying in %g s", error.message, self.retry_s)
                 self._closed.wait(self.retry_s)
                 continue
-            slot.engine = Engine(model, self._compiler_for(model, local), self.settings)
+            compiler = self._compiler_for(model, local)
+            slot.engine = Engine(
+                model, compiler, self.settings, owns_compiler=compiler is not local.compiler
+            )
             log.info(
                 "remote engine %r ready: vLLM %s, %s",
                 slot.spec.id,
@@ -90,10 +91,7 @@ class RemoteEngines:
     def _compiler_for(self, model: RemoteModel, local: Engine[LoadedModel]) -> GrammarCompiler:
         if model.tokens.sha256 == local.model.tokens.sha256:
             return local.compiler
-        compiler = GrammarCompiler.from_settings(model.tokens.info, self.settings)
-        with self._lock:
-            self._own_compilers.append(compiler)
-        return compiler
+        return GrammarCompiler.from_settings(model.tokens.info, self.settings)
 
     def get(self, engine_id: str) -> Engine[RemoteModel]:
         """The ready engine ``engine_id``.
@@ -108,22 +106,19 @@ class RemoteEngines:
         return slot.engine
 
     def close(self) -> None:
-        """Stop retrying, close the clients and the engines' own compilers."""
+        """Stop retrying and close the engines (their clients and their own compilers; the
+        local engine's compiler they share is the local engine's to close)."""
         self._closed.set()
         for thread in self._threads:  # a check in flight ends at its timeout; not waited for
             thread.join(timeout=1.0)
         for slot in self.slots.values():
             if slot.engine is not None:
-                slot.engine.model.close()
-        with self._lock:
-            for compiler in self._own_compilers:
-                compiler.close()
+                slot.engine.close()
 
 
 def open_remote(settings: Settings, engine_id: str) -> Engine[RemoteModel]:
     """The remote engine ``engine_id`` of the settings, checked once, with a compiler of its own
-    (the command line: no local model is loaded). Close it with :meth:`Engine.close`, then its
-    model's ``close``.
+    (the command line: no local model is loaded). :meth:`Engine.close` closes both.
 
     Raises:
         InvalidInput: the settings name no remote engine ``engine_id``.

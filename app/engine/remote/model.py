@@ -9,8 +9,9 @@ from typing import Any
 
 import torch
 
+from app.engine.forward.base import ModelIdentity
 from app.engine.forward.remote import RemoteForward
-from app.engine.model import ModelIdentity, stop_ids_of
+from app.engine.model import stop_ids_of
 from app.engine.remote.check import ServerFacts, check_server
 from app.engine.remote.client import VllmClient
 from app.engine.tokens import Tokens
