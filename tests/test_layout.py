@@ -19,9 +19,11 @@ MAX_LINES = 350
 #: Each package with the layer it sits in: a package may import only from its own layer or
 #: lower ones (a higher number is a higher layer).
 LAYERS = {
+    "app.caps": 0,
     "app.exceptions": 0,
     "app.paths": 0,
     "app.verdicts": 0,
+    "app.vocabulary": 0,
     "app.settings": 1,
     "app.examples": 1,
     "app.engine": 2,

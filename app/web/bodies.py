@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -56,7 +55,6 @@ __all__ = [
     "SchemaTestsIn",
     "SessionIn",
     "check_test_sizes",
-    "listed_tests",
 ]
 
 
@@ -247,21 +245,6 @@ def check_test_sizes(tests: list[SchemaTestIn], *, at: str = "/tests") -> None:
                 f"test {index} is {size} bytes; a test may hold {MAX_TEXT_BYTES}",
                 pointer=f"{at}/{index}/text",
             )
-
-
-def listed_tests(raw: str) -> tuple[list[Any], list[Any]]:
-    """The page's tests (a JSON list of ``{"text", "expect", "recorded"?}``) and, apart, the
-    verdicts recorded at share time for the tests that came from a permalink."""
-    try:
-        listed = json.loads(raw or "[]")
-    except json.JSONDecodeError as error:
-        raise InvalidInput(f"tests: not JSON ({error.msg})", pointer="/tests") from None
-    except RecursionError:
-        raise InvalidInput("tests: nested too deeply to parse", pointer="/tests") from None
-    if not isinstance(listed, list):
-        raise InvalidInput("tests: a list of tests", pointer="/tests")
-    recorded = [t.pop("recorded", None) if isinstance(t, dict) else None for t in listed]
-    return listed, recorded
 
 
 SchemaTests = Annotated[list[SchemaTestIn], Field(max_length=MAX_TESTS)]

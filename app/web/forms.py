@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, TypeVar
 
 from fastapi.exceptions import RequestValidationError
@@ -20,7 +21,6 @@ from app.web.bodies import (
     SchemaTestsIn,
     SessionIn,
     check_test_sizes,
-    listed_tests,
 )
 
 __all__ = [
@@ -41,6 +41,21 @@ __all__ = [
 STEP_N_MAX = MAX_STEP_COUNT
 
 Body = TypeVar("Body", bound=BaseModel)
+
+
+def listed_tests(raw: str) -> tuple[list[Any], list[Any]]:
+    """The page's tests (a JSON list of ``{"text", "expect", "recorded"?}``) and, apart, the
+    verdicts recorded at share time for the tests that came from a permalink."""
+    try:
+        listed = json.loads(raw or "[]")
+    except json.JSONDecodeError as error:
+        raise InvalidInput(f"tests: not JSON ({error.msg})", pointer="/tests") from None
+    except RecursionError:
+        raise InvalidInput("tests: nested too deeply to parse", pointer="/tests") from None
+    if not isinstance(listed, list):
+        raise InvalidInput("tests: a list of tests", pointer="/tests")
+    recorded = [t.pop("recorded", None) if isinstance(t, dict) else None for t in listed]
+    return listed, recorded
 
 
 def validated(model: type[Body], data: dict[str, Any]) -> Body:
