@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import runpy
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,6 +20,7 @@ from fastapi import FastAPI
 
 import app as app_package
 from app import exceptions
+from app.cli import main as cli
 from app.engine import StopReason, records
 from app.main import create_app
 from app.settings import Settings
@@ -287,9 +287,9 @@ def test_the_error_detail_is_the_error_shape(openapi: dict[str, Any]) -> None:
 
 
 def _help(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> str:
-    monkeypatch.setattr(sys, "argv", ["python -m app", *args, "--help"])
+    monkeypatch.setenv("COLUMNS", "100")
     with pytest.raises(SystemExit) as exited:
-        runpy.run_module("app", run_name="__main__", alter_sys=True)
+        cli.parser().parse_args([*args, "--help"])
     assert exited.value.code == 0
     return capsys.readouterr().out
 
