@@ -72,9 +72,11 @@ def test_the_picker_runs_a_session_on_the_remote_engine_then_on_the_local_model(
     expect(page.locator("#footer-model")).to_have_text("model vllm · smollm2-135m-instruct")
     expect(page.locator("#footer")).to_contain_text("vLLM 0.32.0")
 
-    page.click("#tok-0")
-    expect(page.locator("#inspector")).to_have_attribute("data-model", "vllm")
+    # Armed before the click: drawing the inspector may fetch the vocabulary already (to name
+    # the probe's tokens), before the search asks for it.
     with page.expect_request(lambda r: "/api/vocab?model=vllm" in r.url):
+        page.click("#tok-0")
+        expect(page.locator("#inspector")).to_have_attribute("data-model", "vllm")
         page.fill("#token-search", "{")
     expect(page.locator("#search-results li").first).to_contain_text("allowed")
     ARTIFACTS.mkdir(exist_ok=True)
@@ -88,9 +90,9 @@ def test_the_picker_runs_a_session_on_the_remote_engine_then_on_the_local_model(
     )
     expect(page.locator("#footer")).not_to_contain_text("vLLM")
     assert local_tokens == remote_tokens  # greedy, the same checkpoint: the same tokens
-    page.click("#tok-0")
-    expect(page.locator("#inspector")).to_have_attribute("data-model", "local")
     with page.expect_request(lambda r: "/api/vocab?model=local" in r.url):
+        page.click("#tok-0")
+        expect(page.locator("#inspector")).to_have_attribute("data-model", "local")
         page.fill("#token-search", "{")
     expect(page.locator("#search-results li").first).to_contain_text("allowed")
 
