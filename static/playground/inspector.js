@@ -98,7 +98,10 @@
     ctx.putImageData(image, 0, 0);
     canvas.onmousemove = (event) => hoverCell(event, canvas, words, vocabSize, cols, rows);
     const search = $("#token-search", inspector);
-    if (search) search.oninput = () => searchTokens(search.value, words, vocabSize);
+    if (search) {
+      search.oninput = () => searchTokens(search.value, words, vocabSize);
+      if (search.value) search.oninput();  // typed while the inspector was being drawn
+    }
   }
 
   async function hoverCell(event, canvas, words, vocabSize, cols, rows) {
