@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from app.cli.options import (
     add_grammar_arguments,
-    close_engine,
     grammar_request,
     load_engine,
 )
@@ -51,7 +50,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             pydantic=request.pydantic, max_tokens=args.max_tokens,
         )  # fmt: skip
     finally:
-        close_engine(engine)
+        engine.close()
     print(json.dumps(report.to_dict(), indent=2) if args.json else report_text(report))
     weak = any(k.status in (Status.IGNORED, Status.WEAKENED) for k in report.keywords)
     refused = any(

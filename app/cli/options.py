@@ -23,7 +23,6 @@ __all__ = [
     "GrammarRequest",
     "add_compare_argument",
     "add_grammar_arguments",
-    "close_engine",
     "compare_library",
     "grammar_request",
     "kind_of",
@@ -163,12 +162,3 @@ def load_engine(args: argparse.Namespace, settings: Settings) -> AnyEngine:
     from app.engine.remote.engines import open_remote
 
     return open_remote(settings, args.model)
-
-
-def close_engine(engine: AnyEngine) -> None:
-    """Close the engine, and a remote engine's client too."""
-    from app.engine.remote.model import RemoteModel
-
-    engine.close()
-    if isinstance(engine.model, RemoteModel):
-        engine.model.close()

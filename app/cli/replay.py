@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 from app.cli.options import (
     add_compare_argument,
     add_grammar_arguments,
-    close_engine,
     compare_library,
     grammar_request,
     load_engine,
@@ -40,7 +39,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         result = engine.replay(spec, text=args.text, compare=compare_library(args))
     finally:
-        close_engine(engine)
+        engine.close()
     print(json.dumps(result.to_dict()) if args.json else _text(result))
     return 0 if result.accepted and result.complete else 1
 

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 from app.cli.options import (
     add_grammar_arguments,
-    close_engine,
     grammar_request,
     load_engine,
 )
@@ -44,7 +43,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         validate = request.pydantic.validate_many if request.pydantic else None
         results = run_tests(engine, engine.compile(request.spec), tests, validate_many=validate)
     finally:
-        close_engine(engine)
+        engine.close()
     failed = sum(not r.passed for r in results)
     disagree = sum(r.disagree for r in results)
     for index, result in enumerate(results):

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from app.cli.options import (
     add_compare_argument,
     add_grammar_arguments,
-    close_engine,
     compare_library,
     grammar_request,
     load_engine,
@@ -81,7 +80,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if validation is not None and request.validate is not None:
             validation = request.validate(session.text)
     finally:
-        close_engine(engine)
+        engine.close()
     reason = session.stop_reason.value if session.stop_reason else None
     verdict = validation.to_dict() if validation else None
     if args.json:
