@@ -12,6 +12,7 @@ import fastapi.routing
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from pydantic import SecretStr
 
 from app.engine import Engine
 from app.main import create_app
@@ -43,7 +44,7 @@ def _session_routes(app: FastAPI) -> list[tuple[str, str]]:
 def alpha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     """Replica ``alpha``, its model never loaded (no lifespan): a session lookup needs none."""
     db = tmp_path_factory.mktemp("replicas") / "p.db"
-    app = create_app(Settings(db_path=db, replica_id="alpha", secret=SECRET))
+    app = create_app(Settings(db_path=db, replica_id="alpha", secret=SecretStr(SECRET)))
     yield as_page(TestClient(app))
 
 
@@ -114,7 +115,7 @@ def test_the_holder_is_the_prefix_when_it_is_a_replica_id(
 
 
 def test_a_replicas_sessions_carry_its_id(engine: Engine, tmp_path: Path) -> None:
-    settings = Settings(db_path=tmp_path / "p.db", replica_id="alpha", secret=SECRET)
+    settings = Settings(db_path=tmp_path / "p.db", replica_id="alpha", secret=SecretStr(SECRET))
     with TestClient(create_app(settings, engine=engine)) as client:
         session_id = client.post("/api/sessions", json=session_body(max_tokens=4)).json()["id"]
         assert re.fullmatch(r"alpha\.[A-Za-z0-9_-]{16}", session_id)
