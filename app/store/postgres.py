@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 # pg_advisory_xact_lock's key: replicas starting at once migrate one after the other.
 _MIGRATION_LOCK = 0x6D61736B73636F70  # "maskscop"
-_CONNECT_TIMEOUT_S = 10
+_TIMEOUT_S = 10.0
 
 
 def redacted(url: str) -> str:
@@ -56,23 +56,33 @@ class PostgresStore(SnapshotStore):
         url: a ``postgresql://`` connection URL (libpq's).
         max_bytes: the largest snapshot accepted.
         pool_size: connections kept open at most.
+        timeout_s: how long connecting, or waiting for a free connection, may take before
+            the operation fails with :class:`StoreUnavailable` (a request answers 503 then).
 
     Raises:
         StoreUnavailable: the server cannot be reached, or refuses the connection.
     """
 
-    def __init__(self, url: str, *, max_bytes: int = 256 * 1024, pool_size: int = 8) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_bytes: int = 256 * 1024,
+        pool_size: int = 8,
+        timeout_s: float = _TIMEOUT_S,
+    ) -> None:
         super().__init__(max_bytes=max_bytes)
         self.where = redacted(url)
+        self._timeout_s = timeout_s
         self._migrate(url)
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             url,
             min_size=1,
             max_size=pool_size,
-            kwargs={"autocommit": True, "connect_timeout": _CONNECT_TIMEOUT_S},
+            kwargs={"autocommit": True, "connect_timeout": max(1, round(timeout_s))},
             configure=_configure,
             check=ConnectionPool.check_connection,  # a server restart leaves dead connections
-            timeout=_CONNECT_TIMEOUT_S * 3,
+            timeout=timeout_s,
             open=False,
             name="maskscope-permalinks",
         )
@@ -84,7 +94,8 @@ class PostgresStore(SnapshotStore):
 
     def _migrate(self, url: str) -> None:
         try:
-            with psycopg.connect(url, connect_timeout=_CONNECT_TIMEOUT_S) as conn:
+            timeout = max(1, round(self._timeout_s))
+            with psycopg.connect(url, connect_timeout=timeout) as conn:
                 # One transaction: the lock, the version table, every pending migration.
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
                 conn.execute(

@@ -47,6 +47,8 @@ class AppState:
 
     def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
         self.settings = settings
+        # First: an unreachable database stops the start before any worker process is started.
+        self.store = open_store(settings.store_url, max_bytes=settings.snapshot_max_bytes)
         self.engine = engine
         self.owns_engine = engine is None
         self.load_error: Exception | None = None
@@ -60,7 +62,6 @@ class AppState:
             replica_id=settings.replica_id,
         )
         self.sandbox = Sandbox.from_settings(settings)
-        self.store = open_store(settings.store_url, max_bytes=settings.snapshot_max_bytes)
         self.templates = Jinja2Templates(directory=TEMPLATES_DIR)
         render.install(self.templates.env)
 

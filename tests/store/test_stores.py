@@ -168,3 +168,19 @@ def test_the_store_works_again_after_the_server_drops_its_connections(
     after, created = store.put({"after": 1})  # the pool's dead connections are replaced
     assert created and store.get(first) is not None and store.get(after) is not None
     store.close()
+
+
+def test_a_database_gone_while_serving_is_store_unavailable(postgres_url: str) -> None:
+    store = PostgresStore(postgres_url, timeout_s=2.0)
+    snapshot_id, _ = store.put({"before": 1})
+    name = postgres_url.rsplit("/", 1)[1]
+    admin_url = postgres_url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    for attempt in (lambda: store.put({"after": 1}), lambda: store.get(snapshot_id)):
+        with pytest.raises(StoreUnavailable) as caught:
+            attempt()
+        assert caught.value.message.startswith(
+            f"the permalink database {postgres_url} is unavailable: "
+        )
+    store.close()

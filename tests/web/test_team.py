@@ -176,3 +176,15 @@ def test_kill_9_during_a_burst_of_permalinks_loses_none_acknowledged(
     finally:
         restarted.stop()
     assert missing == [], f"{len(missing)} of {len(acknowledged)} acknowledged permalinks lost"
+
+
+def test_an_unreachable_database_stops_the_start_with_its_reason(tmp_path: Path) -> None:
+    from tests.conftest import free_port
+
+    url = f"postgresql://team:s3cret-password@127.0.0.1:{free_port()}/maskscope"
+    env = {**os.environ, "MASKSCOPE_DB_URL": url}
+    done = subprocess.run([sys.executable, "-m", "app", "serve", "--port", "9"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2
+    assert "error: the permalink database postgresql://team:***@127.0.0.1:" in done.stderr
+    assert "s3cret" not in done.stderr + done.stdout
