@@ -184,3 +184,24 @@ def test_a_database_gone_while_serving_is_store_unavailable(postgres_url: str) -
             f"the permalink database {postgres_url} is unavailable: "
         )
     store.close()
+
+
+def test_the_sqlite_default_needs_no_postgresql_driver(tmp_path: Path) -> None:
+    """``make run`` needs nothing but SQLite: the app starts and shares with psycopg missing."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['psycopg'] = sys.modules['psycopg_pool'] = None\n"
+        "from pathlib import Path\n"
+        "from app.main import create_app\n"
+        "from app.settings import Settings\n"
+        "app = create_app(Settings(db_path=Path(sys.argv[1])))\n"
+        "store = app.state.maskscope.store\n"
+        "print(type(store).__name__, store.get(store.put({'ok': 1})[0])[0])\n"
+    )
+    root = Path(__file__).resolve().parent.parent.parent
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "p.db")], cwd=root,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "SqliteStore {'ok': 1}"
