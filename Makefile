@@ -26,12 +26,12 @@ VLLM_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VLLM_HOST ?= 127.0.0.1
 VLLM_PORT ?= 8100
 
-.PHONY: run test lint bench install browser vendor vllm vllm-install
+.PHONY: run test lint bench install browser postgres vendor vllm vllm-install
 
 run: install
 	$(PY) -m app serve --host $(HOST) --port $(PORT)
 
-test: install browser vllm-install
+test: install browser postgres vllm-install
 	$(PY) -m pytest
 
 lint: install
@@ -51,6 +51,11 @@ bench: install browser
 # The browser tests drive Debian's chromium (Playwright's own browser download is not used).
 browser:
 	@test -x /usr/bin/chromium || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends chromium; }
+
+# The store and replica tests start Debian's PostgreSQL server themselves (tests/postgres_server.py),
+# on a temporary directory and a free port; only the package is needed. `make run` never needs it.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends postgresql; }
 
 # Refresh static/vendor/ (htmx, its SSE extension, CodeMirror) from the npm registry, pinned in
 # web-vendor/package.json. Not needed to run or test: the files are committed.

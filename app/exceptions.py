@@ -214,3 +214,25 @@ class ForbiddenOrigin(MaskscopeError):
     state-changing request from another site, or a page request without its CSRF token."""
 
     code = "forbidden_origin"
+
+
+class WrongReplica(MaskscopeError):
+    """A session id that names another replica (its ``{replica_id}.`` prefix): the session
+    lives in that replica's memory, so the request must be routed there.
+
+    Args:
+        message: what happened, naming the holder.
+        holder: the replica id the session belongs to.
+    """
+
+    code = "wrong_replica"
+
+    def __init__(self, message: str, *, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+class StoreUnavailable(MaskscopeError):
+    """The permalink database cannot be reached (or is at a schema this code does not know)."""
+
+    code = "store_unavailable"

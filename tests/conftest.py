@@ -19,6 +19,7 @@ from app.engine.model import checkpoint_source
 from app.main import create_app
 from app.settings import Settings
 from app.web.security import CSRF_COOKIE, CSRF_HEADER, CsrfSigner
+from tests.postgres_server import PostgresServer
 from tests.vllm_server import VllmServer
 
 # The in-process client sends `Host: testserver`: the tests' apps answer to it besides the
@@ -74,6 +75,24 @@ def vllm_server() -> VllmServer:
 def vllm_capped_server() -> VllmServer:
     """The same, with vLLM's default cap of 20 logprobs a request."""
     return _vllm("vllm_capped_server")
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the whole test session (``postgres_url`` gives each test
+    a database of its own)."""
+    server = PostgresServer(free_port())
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres: PostgresServer) -> str:
+    """A new empty database on the session's PostgreSQL server: its URL."""
+    return postgres.new_database()
 
 
 @pytest.fixture(scope="session")

@@ -92,7 +92,9 @@ def test_a_pydantic_source_resolves_through_the_sandbox() -> None:
     assert not request.validate("{}").valid
 
 
-@pytest.mark.parametrize("command", [[], ["serve"], ["trace"], ["replay"], ["doctor"], ["test"]])
+@pytest.mark.parametrize(
+    "command", [[], ["serve"], ["trace"], ["replay"], ["doctor"], ["test"], ["store"]]
+)
 def test_every_commands_help_is_as_it_was(
     command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

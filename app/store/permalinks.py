@@ -1,49 +1,32 @@
-"""Immutable snapshots in a SQLite file, named by a hash of their canonical content.
+"""The embedded store: snapshots in one SQLite file (the default; needs nothing installed).
 
-The same content always gets the same id, so sharing the same thing twice gives the same link,
-and a link never changes what it shows. WAL mode with full sync: a snapshot acknowledged to the
-caller survives the process being killed.
+WAL mode with full sync: a snapshot acknowledged to the caller survives the process being
+killed.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from app.exceptions import SnapshotTooLarge
+from app.store.base import (
+    ID_PATTERN,
+    Added,
+    SnapshotStore,
+    StoredRow,
+    canonical_id,
+    canonical_json,
+)
+from app.store.migrations import VERSION_TABLE, pending
 
-__all__ = ["ID_PATTERN", "PermalinkStore", "canonical_id", "canonical_json"]
-
-ID_PATTERN = r"^[A-Za-z0-9_-]{12,16}$"
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS snapshots (
-    id TEXT PRIMARY KEY,
-    content TEXT NOT NULL,
-    created_at REAL NOT NULL
-) WITHOUT ROWID
-"""
+__all__ = ["ID_PATTERN", "PermalinkStore", "SqliteStore", "canonical_id", "canonical_json"]
 
 
-def canonical_json(content: dict[str, Any]) -> str:
-    """One spelling of a snapshot: sorted keys, no spaces, UTF-8 kept as is."""
-    return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def canonical_id(text: str, length: int = 12) -> str:
-    """A short URL-safe id: the first ``length`` characters of the SHA-256, base64url."""
-    digest = hashlib.sha256(text.encode("utf-8")).digest()
-    return base64.urlsafe_b64encode(digest).decode("ascii")[:length]
-
-
-class PermalinkStore:
-    """Snapshots by id in one SQLite file.
+class SqliteStore(SnapshotStore):
+    """Snapshots by id in one SQLite file; the schema migrated on opening.
 
     Args:
         path: the database file (created with its directory when missing).
@@ -51,12 +34,11 @@ class PermalinkStore:
     """
 
     def __init__(self, path: Path, *, max_bytes: int = 256 * 1024) -> None:
+        super().__init__(max_bytes=max_bytes)
         self.path = path
-        self.max_bytes = max_bytes
+        self.where = f"sqlite:///{path}"
         path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(_SCHEMA)
+        self._migrate()
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -69,41 +51,93 @@ class PermalinkStore:
         finally:
             db.close()
 
-    def put(self, content: dict[str, Any]) -> tuple[str, bool]:
-        """Store a snapshot; returns its id and whether it was new.
-
-        Raises:
-            SnapshotTooLarge: the canonical snapshot is larger than ``max_bytes``.
-        """
-        text = canonical_json(content)
-        size = len(text.encode("utf-8"))
-        if size > self.max_bytes:
-            raise SnapshotTooLarge(
-                f"the snapshot is {size} bytes; a permalink may hold {self.max_bytes}"
-            )
+    def _migrate(self) -> None:
         with self._connect() as db:
-            for length in (12, 16):  # a longer id in the (astronomical) case of a collision
-                snapshot_id = canonical_id(text, length)
-                inserted = db.execute(
-                    "INSERT OR IGNORE INTO snapshots (id, content, created_at) VALUES (?, ?, ?)",
-                    (snapshot_id, text, time.time()),
-                ).rowcount
-                if inserted:
-                    return snapshot_id, True
-                row = db.execute(
-                    "SELECT content FROM snapshots WHERE id = ?", (snapshot_id,)
-                ).fetchone()
-                if row and row[0] == text:
-                    return snapshot_id, False
-        raise RuntimeError("two snapshots share a 16-character id prefix")
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("BEGIN IMMEDIATE")  # the write lock: one process migrates at a time
+            try:
+                db.execute(
+                    f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} "
+                    "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
+                )
+                applied = [r[0] for r in db.execute(f"SELECT version FROM {VERSION_TABLE}")]
+                for migration in pending(applied, self.where):
+                    for statement in migration.sqlite:
+                        db.execute(statement)
+                    db.execute(
+                        f"INSERT INTO {VERSION_TABLE} (version, applied_at) VALUES (?, ?)",
+                        (migration.version, time.time()),
+                    )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
 
-    def get(self, snapshot_id: str) -> tuple[dict[str, Any], float] | None:
-        """The snapshot and its creation time, or None."""
+    def close(self) -> None:
+        """Nothing to release: a connection is opened per operation."""
+
+    def schema_version(self) -> int:
+        """The newest migration applied to the file."""
         with self._connect() as db:
-            row = db.execute(
-                "SELECT content, created_at FROM snapshots WHERE id = ?", (snapshot_id,)
+            row = db.execute(f"SELECT max(version) FROM {VERSION_TABLE}").fetchone()
+        return int(row[0] or 0)
+
+    def _insert(self, row: StoredRow) -> bool:
+        with self._connect() as db:
+            inserted: int = db.execute(
+                "INSERT OR IGNORE INTO snapshots (id, content, created_at) VALUES (?, ?, ?)",
+                (row.id, row.content, row.created_at),
+            ).rowcount
+        return inserted > 0
+
+    def _select(self, snapshot_id: str) -> StoredRow | None:
+        with self._connect() as db:
+            found = db.execute(
+                "SELECT id, content, created_at FROM snapshots WHERE id = ?", (snapshot_id,)
             ).fetchone()
-        if row is None:
-            return None
-        content: dict[str, Any] = json.loads(row[0])
-        return content, float(row[1])
+        return None if found is None else StoredRow(found[0], found[1], float(found[2]))
+
+    def rows(self, *, batch: int = 500) -> Iterator[StoredRow]:
+        """Every stored row, oldest first, read ``batch`` at a time."""
+        after: tuple[float, str] = (float("-inf"), "")
+        while True:
+            with self._connect() as db:
+                page = db.execute(
+                    "SELECT id, content, created_at FROM snapshots "
+                    "WHERE (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?",
+                    (after[0], after[1], batch),
+                ).fetchall()
+            if not page:
+                return
+            for snapshot_id, content, created_at in page:
+                yield StoredRow(snapshot_id, content, float(created_at))
+            after = (float(page[-1][2]), page[-1][0])
+
+    def add_rows(self, rows: Sequence[StoredRow]) -> list[Added]:
+        """Add rows that keep their ids and times, in one transaction."""
+        outcomes = []
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for row in rows:
+                    cursor = db.execute(
+                        "INSERT OR IGNORE INTO snapshots (id, content, created_at) "
+                        "VALUES (?, ?, ?)",
+                        (row.id, row.content, row.created_at),
+                    )
+                    if cursor.rowcount:
+                        outcomes.append(Added.NEW)
+                        continue
+                    there = db.execute(
+                        "SELECT content FROM snapshots WHERE id = ?", (row.id,)
+                    ).fetchone()
+                    outcomes.append(Added.SAME if there[0] == row.content else Added.CONFLICT)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return outcomes
+
+
+#: The name the SQLite store had when it was the only one.
+PermalinkStore = SqliteStore

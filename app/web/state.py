@@ -15,7 +15,7 @@ from app.engine.remote.engines import RemoteEngines
 from app.exceptions import InvalidInput, NotReady
 from app.sandbox.sandbox import Sandbox
 from app.settings import LOCAL_MODEL_ID, Settings
-from app.store.permalinks import PermalinkStore
+from app.store import open_store
 from app.web import render
 from app.web.executors import Pools
 from app.web.services.sessions import SessionStore
@@ -47,6 +47,8 @@ class AppState:
 
     def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
         self.settings = settings
+        # First: an unreachable database stops the start before any worker process is started.
+        self.store = open_store(settings.store_url, max_bytes=settings.snapshot_max_bytes)
         self.engine = engine
         self.owns_engine = engine is None
         self.load_error: Exception | None = None
@@ -57,9 +59,9 @@ class AppState:
             settings.session_ttl_s,
             settings.max_kv_mb * 1024 * 1024,
             max_sessions_per_client=settings.max_sessions_per_client,
+            replica_id=settings.replica_id,
         )
         self.sandbox = Sandbox.from_settings(settings)
-        self.store = PermalinkStore(settings.db_path, max_bytes=settings.snapshot_max_bytes)
         self.templates = Jinja2Templates(directory=TEMPLATES_DIR)
         render.install(self.templates.env)
 
@@ -156,5 +158,6 @@ class AppState:
         """Stop what this app started."""
         self.pools.shutdown()
         self.remotes.close()
+        self.store.close()
         if self.owns_engine and self.engine is not None:
             self.engine.close()

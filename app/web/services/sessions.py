@@ -5,6 +5,7 @@ time."""
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 import time
 from collections import Counter, OrderedDict
@@ -12,13 +13,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine import Session, StopReason, Validation
-from app.exceptions import CapacityExceeded, SessionGone, SessionNotFound
+from app.exceptions import CapacityExceeded, SessionGone, SessionNotFound, WrongReplica
+from app.settings import REPLICA_ID_PATTERN
 from app.web.clients import UNKNOWN
 from app.web.services.runstate import RunState
 
-__all__ = ["SessionHandle", "SessionStore"]
+__all__ = ["SessionHandle", "SessionStore", "holder_of"]
 
 _FORGET_AFTER = 4096  # how many ended ids are remembered, to answer 410 rather than 404
+_REPLICA = re.compile(REPLICA_ID_PATTERN)
+
+
+def holder_of(session_id: str) -> str | None:
+    """The replica a session id names (``{replica_id}.{token}``), or None: a token alone (a
+    server without a replica id) has no dot."""
+    prefix, dot, _ = session_id.partition(".")
+    return prefix if dot and _REPLICA.match(prefix) else None
 
 
 @dataclass
@@ -80,6 +90,8 @@ class SessionStore:
         max_memory_bytes: the KV caches and step records of all sessions together.
         max_sessions_per_client: the cap on one client's live sessions; None (or
             ``max_sessions`` or more) for no cap but ``max_sessions``.
+        replica_id: this replica's id, the prefix of its session ids (``{replica_id}.{token}``);
+            None: ids are the token alone.
     """
 
     def __init__(
@@ -89,7 +101,9 @@ class SessionStore:
         max_memory_bytes: int | None = None,
         *,
         max_sessions_per_client: int | None = None,
+        replica_id: str | None = None,
     ) -> None:
+        self.replica_id = replica_id
         self.max_sessions = max_sessions
         self.max_sessions_per_client = min(max_sessions_per_client or max_sessions, max_sessions)
         self.ttl_s = ttl_s
@@ -174,9 +188,9 @@ class SessionStore:
                     f"fair share ({self._share(client)} each); try again later"
                 )
             self._end(victim.id, "was evicted to make room for a newer session")
-        handle = SessionHandle(
-            secrets.token_urlsafe(12), session, request, pydantic=pydantic, client=client
-        )
+        token = secrets.token_urlsafe(12)
+        session_id = token if self.replica_id is None else f"{self.replica_id}.{token}"
+        handle = SessionHandle(session_id, session, request, pydantic=pydantic, client=client)
         self._live[handle.id] = handle
         return handle
 
@@ -208,9 +222,19 @@ class SessionStore:
         """The live session ``session_id``, marked as just used.
 
         Raises:
+            WrongReplica: the id names another replica (whatever else it holds: that replica
+                answers for it).
             SessionGone: it expired or was evicted.
             SessionNotFound: no session ever had this id (here).
         """
+        holder = holder_of(session_id)
+        if holder is not None and holder != self.replica_id:
+            here = f"replica {self.replica_id!r}" if self.replica_id else "a server alone"
+            raise WrongReplica(
+                f"session {session_id!r} is held by replica {holder!r}, and this is {here}: "
+                f"route requests for sessions starting with {holder + '.'!r} to replica {holder!r}",
+                holder=holder,
+            )
         self.expire()
         handle = self._live.get(session_id)
         if handle is None:

@@ -1,0 +1,133 @@
+"""The one interface both permalink stores implement, and what they share.
+
+A store keeps immutable snapshots named by a hash of their canonical content (see
+:func:`canonical_id`): the same content always gets the same id, on either store, so a copy from
+SQLite to PostgreSQL keeps every link. A write returns only once the database has made it
+durable.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from app.exceptions import SnapshotTooLarge
+
+__all__ = [
+    "ID_PATTERN",
+    "Added",
+    "SnapshotStore",
+    "StoredRow",
+    "canonical_id",
+    "canonical_json",
+]
+
+ID_PATTERN = r"^[A-Za-z0-9_-]{12,16}$"
+
+
+def canonical_json(content: dict[str, Any]) -> str:
+    """One spelling of a snapshot: sorted keys, no spaces, UTF-8 kept as is."""
+    return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def canonical_id(text: str, length: int = 12) -> str:
+    """A short URL-safe id: the first ``length`` characters of the SHA-256, base64url."""
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return base64.urlsafe_b64encode(digest).decode("ascii")[:length]
+
+
+@dataclass(frozen=True)
+class StoredRow:
+    """A snapshot as stored: its id, its canonical JSON text, its creation time (Unix s)."""
+
+    id: str
+    content: str
+    created_at: float
+
+
+class Added(Enum):
+    """What adding a stored row (a copy) did."""
+
+    NEW = "new"
+    SAME = "same"  # the id was there with the same content
+    CONFLICT = "conflict"  # the id was there with other content: left as it was
+
+
+class SnapshotStore(ABC):
+    """Snapshots by id. Safe to call from any thread.
+
+    Args:
+        max_bytes: the largest snapshot :meth:`put` accepts.
+    """
+
+    #: Where the snapshots are, for messages (a password is never part of it).
+    where: str
+
+    def __init__(self, *, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+
+    @abstractmethod
+    def _insert(self, row: StoredRow) -> bool:
+        """Insert ``row`` unless its id is taken, durably; whether it was inserted."""
+
+    @abstractmethod
+    def _select(self, snapshot_id: str) -> StoredRow | None:
+        """The row with this id."""
+
+    @abstractmethod
+    def rows(self, *, batch: int = 500) -> Iterator[StoredRow]:
+        """Every stored row, oldest first (for a copy)."""
+
+    @abstractmethod
+    def add_rows(self, rows: Sequence[StoredRow]) -> list[Added]:
+        """Add rows that keep their ids and times (a copy), in one transaction."""
+
+    @abstractmethod
+    def schema_version(self) -> int:
+        """The newest migration applied to the database."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the store's connections."""
+
+    def put(self, content: dict[str, Any]) -> tuple[str, bool]:
+        """Store a snapshot; returns its id and whether it was new.
+
+        Raises:
+            SnapshotTooLarge: the canonical snapshot is larger than ``max_bytes``.
+            StoreUnavailable: the database cannot be reached.
+        """
+        text = canonical_json(content)
+        size = len(text.encode("utf-8"))
+        if size > self.max_bytes:
+            raise SnapshotTooLarge(
+                f"the snapshot is {size} bytes; a permalink may hold {self.max_bytes}"
+            )
+        now = time.time()
+        for length in (12, 16):  # a longer id in the (astronomical) case of a collision
+            snapshot_id = canonical_id(text, length)
+            if self._insert(StoredRow(snapshot_id, text, now)):
+                return snapshot_id, True
+            found = self._select(snapshot_id)
+            if found is not None and found.content == text:
+                return snapshot_id, False
+        raise RuntimeError("two snapshots share a 16-character id prefix")
+
+    def get(self, snapshot_id: str) -> tuple[dict[str, Any], float] | None:
+        """The snapshot and its creation time, or None.
+
+        Raises:
+            StoreUnavailable: the database cannot be reached.
+        """
+        row = self._select(snapshot_id)
+        if row is None:
+            return None
+        content: dict[str, Any] = json.loads(row.content)
+        return content, row.created_at
