@@ -15,6 +15,7 @@ __all__ = [
     "Costs",
     "DoctorReport",
     "Enforcement",
+    "Finding",
     "KeywordFinding",
     "Message",
     "Refusal",
@@ -46,17 +47,27 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True)
 class KeywordFinding:
-    """One constraint keyword and how it is enforced."""
+    """One constraint keyword and how it is enforced.
+
+    Attributes:
+        witness: the document built to break it that the grammar accepts, if any.
+        span: where, in ``witness``, the part built against the keyword is (code points).
+        note: why no document breaking it can exist or be built, when none was.
+    """
 
     pointer: str
     keyword: str
     line: int | None
     status: Status
     detail: str
+    witness: str | None = None
+    span: tuple[int, int] | None = None
+    note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return dataclasses.asdict(self) | {"status": self.status.value}
+        span = list(self.span) if self.span else None
+        return dataclasses.asdict(self) | {"status": self.status.value, "span": span}
 
 
 @dataclass(frozen=True)
@@ -102,6 +113,40 @@ class Witness:
             "refusal": self.refusal.to_dict() if self.refusal else None,
             "pointers": list(self.pointers),
         }
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One cause of disagreement between the grammar and the schema, in words.
+
+    Attributes:
+        cause: what happens, e.g. "xgrammar ignores uniqueItems: the grammar writes repeated
+            items".
+        direction: ``grammar_accepts_schema_rejects``, ``schema_accepts_grammar_refuses``, or
+            ``not_json`` (the grammar accepts a document that is not JSON at all).
+        keywords: the keywords (as written) the cause concerns.
+        pointers: their JSON pointers.
+        count: the documents found with this cause (built or searched).
+        example: one of them (None when none can be built: see ``note``).
+        span: the offending part of ``example`` (code points, end excluded).
+        note: why no witness can be built, or what else to know.
+    """
+
+    cause: str
+    direction: str
+    keywords: tuple[str, ...]
+    pointers: tuple[str, ...]
+    count: int
+    example: str | None
+    span: tuple[int, int] | None = None
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the contract's ``findings`` item)."""
+        out = dataclasses.asdict(self)
+        out["keywords"], out["pointers"] = list(self.keywords), list(self.pointers)
+        out["span"] = list(self.span) if self.span else None
+        return out
 
 
 @dataclass(frozen=True)
@@ -196,10 +241,12 @@ class DoctorReport:
     enforcement: Enforcement | None
     backends: tuple[BackendRow, ...]
     costs: Costs
+    findings: tuple[Finding, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The ``POST /api/doctor`` answer."""
         return {
+            "findings": [f.to_dict() for f in self.findings],
             "keywords": [k.to_dict() for k in self.keywords],
             "witnesses": [w.to_dict() for w in self.witnesses],
             "search": self.search.to_dict() if self.search else None,
