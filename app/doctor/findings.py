@@ -49,6 +49,8 @@ _BREAKS = {
     "maxProperties": "objects with more properties than maxProperties",
     "required": "objects without a required property",
     "dependentRequired": "objects with the trigger property but not its dependants",
+    "dependentSchemas": "objects with the trigger property that its subschema rejects",
+    "dependencies": "objects with the trigger property but not what it needs",
     "additionalProperties": "properties the schema does not allow",
     "unevaluatedProperties": "properties the schema does not evaluate",
     "propertyNames": "property names propertyNames refuses",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -18,12 +19,36 @@ __all__ = [
     "Finding",
     "KeywordFinding",
     "Message",
+    "marked",
     "Refusal",
     "Search",
     "Status",
     "Verdict",
     "Witness",
 ]
+
+
+def _escaped(text: str, *, lines: bool) -> str:
+    """Invisible characters as ``\\uXXXX`` (newlines and tabs kept when ``lines``)."""
+    return "".join(
+        f"\\u{ord(c):04x}"
+        if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") and not (lines and c in "\n\t")
+        else c
+        for c in text
+    )
+
+
+def marked(text: str | None, span: tuple[int, int] | None) -> tuple[str, str, str]:
+    """``text`` cut at ``span`` (before, the part marked, after), invisible characters shown
+    escaped: everywhere in the marked part, everywhere but newlines and tabs outside it."""
+    if text is None:
+        return ("", "", "")
+    start, end = span if span else (len(text), len(text))
+    return (
+        _escaped(text[:start], lines=True),
+        _escaped(text[start:end], lines=False),
+        _escaped(text[end:], lines=True),
+    )
 
 
 class Status(StrEnum):
@@ -68,6 +93,10 @@ class KeywordFinding:
         """JSON-ready form."""
         span = list(self.span) if self.span else None
         return dataclasses.asdict(self) | {"status": self.status.value, "span": span}
+
+    def parts(self) -> tuple[str, str, str]:
+        """The witness cut at its span, invisible characters escaped (for the page)."""
+        return marked(self.witness, self.span)
 
 
 @dataclass(frozen=True)
@@ -147,6 +176,10 @@ class Finding:
         out["keywords"], out["pointers"] = list(self.keywords), list(self.pointers)
         out["span"] = list(self.span) if self.span else None
         return out
+
+    def parts(self) -> tuple[str, str, str]:
+        """The example cut at its span, invisible characters escaped (for the page)."""
+        return marked(self.example, self.span)
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ _ODD_KEYS = ("", "0", "A B!", "zz_extra")
 #: Keywords whose subschemas are examined keyword by keyword, not broken as a whole.
 _CONTAINERS = frozenset(
     {"properties", "patternProperties", "items", "prefixItems", "additionalItems", "allOf",
-     "$ref", "then", "else", "if", "dependentSchemas", "dependencies", "unevaluatedItems"}
+     "$ref", "then", "else", "if", "unevaluatedItems"}
 )  # fmt: skip
 
 #: Draws a value a subschema accepts (None when none could be drawn).
@@ -298,7 +298,7 @@ def breakers(keyword: str, value: Any, node: dict[str, Any], current: Any, draw:
         return _object_size(node, keyword, value, current)
     if keyword == "required":
         return _required(value, current, node, draw)
-    if keyword in ("dependentRequired",):
+    if keyword in ("dependentRequired", "dependentSchemas", "dependencies"):
         return _dependent(value, current, node, draw)
     if keyword in ("additionalProperties", "unevaluatedProperties"):
         return _extra(node, value, current)
