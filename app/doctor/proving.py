@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import xgrammar as xgr
+
 from app.doctor.instances import GiveUp, InstanceDrawer
 from app.doctor.judge import Judge, WitnessError
 from app.doctor.keywords import Keyword, resolve_ref
@@ -31,7 +33,6 @@ from app.doctor.records import Direction, Refusal, Witness
 from app.doctor.serialize import as_grammar_writes, in_schema_order
 from app.doctor.targeted import MISSING, TYPE_SAMPLES, breakers
 from app.engine.grammar import CompileResult
-from app.engine.replay import verdict
 from app.engine.tokens import Tokens
 from app.paths import pointer_from_parts, split_pointer
 
@@ -274,10 +275,22 @@ class Prover:
             return (0, len(text))
         return (start, start + len(text) - len(marked) + len(mark))
 
+    def walk(self, text: str) -> tuple[bool, int]:
+        """``text`` tokenized as the model would and fed token by token, as replay does:
+        whether the grammar accepts it whole (and may end there), and the code points taken
+        before the first refused token. (Replay's own verdict also samples what the grammar
+        expects at a refusal, a hundred times dearer: not needed here.)"""
+        matcher = xgr.GrammarMatcher(self.grammar.compiled)
+        consumed = b""
+        for token in self.tokens.encode(text):
+            if not matcher.accept_token(token):
+                return False, len(consumed.decode("utf-8", errors="ignore"))
+            consumed += self.tokens.output_bytes(token)
+        return matcher.is_terminated() or matcher.is_completed(), len(text)
+
     def accepts(self, text: str) -> bool:
         """Whether the grammar accepts ``text`` whole, token by token as replay walks it."""
-        result = verdict(self.grammar, self.tokens, text=text)
-        return result.accepted and result.complete
+        return self.walk(text)[0]
 
     def _errors(self, document: Any) -> tuple[WitnessError, ...]:
         self.judged += 1
@@ -427,12 +440,8 @@ def _node_at(schema: Any, pointer: str) -> Any:
 
 
 def _refusal_of(prover: Prover, text: str) -> Refusal | None:
-    result = verdict(prover.grammar, prover.tokens, text=text)
-    if result.accepted and result.complete:
-        return None
-    if result.rejection is not None:
-        return Refusal(result.rejection.offset, result.rejection.expected)
-    return Refusal(len(text), ())
+    accepted, offset = prover.walk(text)
+    return None if accepted else Refusal(offset, ())
 
 
 def _equal_numbers(keyword: Keyword) -> list[tuple[str, Any]]:
