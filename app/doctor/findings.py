@@ -215,9 +215,15 @@ def group(
         if witness.direction is not Direction.SCHEMA_ACCEPTS:
             continue
         offset = witness.refusal.offset if witness.refusal else 0
-        cause = "the grammar refuses documents the schema accepts"
-        add(("refused", ""), _Group(cause, Direction.SCHEMA_ACCEPTS.value, [], [], witness.text,
-                                    (offset, offset + 1)), witness.text)  # fmt: skip
+        escape = witness.text[offset : offset + 1] == "\\"
+        cause = (
+            'the grammar refuses escapes (\\n, \\", \\\\...) in strings the schema accepts'
+            if escape
+            else "the grammar refuses documents the schema accepts"
+        )
+        made = _Group(cause, Direction.SCHEMA_ACCEPTS.value, [], [], witness.text,
+                      (offset, offset + 1))  # fmt: skip
+        add(("refused", cause), made, witness.text)
 
     for row in rows:
         proof = proofs.by_pointer.get(row.pointer)

@@ -30,7 +30,7 @@ from app.doctor.instances import GiveUp, InstanceDrawer
 from app.doctor.judge import Judge, WitnessError
 from app.doctor.keywords import Keyword, resolve_ref
 from app.doctor.records import Direction, Refusal, Witness
-from app.doctor.serialize import as_grammar_writes, in_schema_order
+from app.doctor.serialize import as_grammar_writes, in_schema_order, separators_of
 from app.doctor.targeted import MISSING, TYPE_SAMPLES, breakers
 from app.engine.grammar import CompileResult
 from app.engine.tokens import Tokens
@@ -367,8 +367,49 @@ class Prover:
                 if found:
                     out.append(found)
                     break
+            spaced = self._spacing(keyword, path)
+            if spaced is not None:
+                out.append(spaced)
         out += self._untyped()
         return out
+
+    def _spacing(self, keyword: Keyword, path: Path) -> Over | None:
+        """An ``enum``/``const`` object or array written with the spacing the grammar's options
+        allow elsewhere (its separators; any, with ``any_whitespace``), which it refuses."""
+        values = [keyword.value] if keyword.keyword == "const" else keyword.value
+        if keyword.keyword not in ("enum", "const") or not isinstance(values, list):
+            return None
+        ways = [separators_of(self.options)]
+        if self.options.any_whitespace:
+            ways += [(",", ":"), (", ", ": ")]
+        mark = json.dumps(_SENTINEL, ensure_ascii=False)
+        for value in values:
+            if not isinstance(value, dict | list) or not value:
+                continue
+            for base in self.bases:
+                try:
+                    document = place(base, path, value)
+                    marked = self.write(place(base, path, _SENTINEL))
+                except _NoPlace:
+                    continue
+                if self._errors(document) or (start := marked.find(mark)) < 0:
+                    continue
+                for way in dict.fromkeys(ways):
+                    written = json.dumps(value, separators=way, ensure_ascii=False)
+                    text = marked[:start] + written + marked[start + len(mark) :]
+                    accepted, offset = self.walk(text)
+                    if not accepted:
+                        cause = (
+                            f"an {keyword.keyword} value written with the separators"
+                            f" {json.dumps(way[0])} and {json.dumps(way[1])}, as the options"
+                            " write JSON elsewhere: the grammar takes it only as written in"
+                            " the schema"
+                        )
+                        witness = Witness(Direction.SCHEMA_ACCEPTS, text, (), Refusal(offset, ()))
+                        span = (start, start + len(written))
+                        return Over(cause, (keyword.pointer,), witness, span)
+                break
+        return None
 
     def _refused(
         self, path: Path, value: Any, cause: str, pointers: tuple[str, ...]

@@ -89,6 +89,18 @@ def test_numbers_equal_in_value_written_differently_are_over_restriction(
     assert not _accepted(engine, schema, finding.example)
 
 
+def test_an_enum_object_written_with_the_options_spacing_is_over_restriction(
+    doctor: Doctor, engine: Engine
+) -> None:
+    schema = {"enum": [{"a": 1}]}
+    report = examine(doctor, schema)
+    finding = _finding(report, "/enum", "schema_accepts_grammar_refuses")
+    assert "separators" in finding.cause and finding.example is not None
+    assert json.loads(finding.example) == {"a": 1}
+    assert _broken(schema, finding.example) == set()
+    assert not _accepted(engine, schema, finding.example)
+
+
 def test_non_object_values_under_object_keywords_are_over_restriction(
     doctor: Doctor, engine: Engine
 ) -> None:
