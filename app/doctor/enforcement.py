@@ -165,7 +165,10 @@ def findings(
 
 
 def _first_message(witness: Witness, pointer: str) -> str:
-    found = next((e for e in witness.errors if e.pointer == pointer), None)
+    found = next(
+        (e for e in witness.errors if e.pointer and (e.pointer + "/").startswith(pointer + "/")),
+        None,
+    )
     return f"{found.message} at {found.path}" if found else "the schema rejects it"
 
 

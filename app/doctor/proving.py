@@ -317,7 +317,7 @@ class Prover:
                 except _NoPlace:
                     continue
                 errors = self._errors(document)
-                if keyword.pointer not in {e.pointer for e in errors}:
+                if not any(_under(e.pointer, keyword.pointer) for e in errors):
                     continue
                 text = self.write(document)
                 if self.accepts(text):
@@ -475,6 +475,12 @@ class Prover:
         return out
 
 
+def _under(blamed: str | None, pointer: str) -> bool:
+    """Whether an error blaming ``blamed`` breaks the keyword at ``pointer`` (itself, or a
+    keyword of its subschemas: ``dependentSchemas``' ``required``)."""
+    return blamed is not None and (blamed == pointer or blamed.startswith(pointer + "/"))
+
+
 def _node_at(schema: Any, pointer: str) -> Any:
     target = resolve_ref(schema, "#" + pointer)
     return None if target is None else target[1]
@@ -499,12 +505,12 @@ def _equal_numbers(keyword: Keyword) -> list[tuple[str, Any]]:
         return [("an integer written with a fraction (1.0): the schema counts it an integer", 1.0)]
     out = []
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if isinstance(value, bool) or not isinstance(value, int | float) or abs(value) >= 1e15:
             continue
         other = float(value) if isinstance(value, int) else value
         if isinstance(value, float) and value.is_integer():
             other = int(value)
-        if other is not value and abs(other) < 1e15:
+        if other is not value:
             out.append(
                 (
                     f"a number equal to {json.dumps(value)} written {json.dumps(other)}: equal in"

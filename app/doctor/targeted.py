@@ -72,6 +72,12 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _finite(value: Any) -> bool:
+    """A number that is not infinite or NaN (an int of any size is; ``math.isfinite`` would
+    raise on one too large for a float)."""
+    return _is_number(value) and (isinstance(value, int) or math.isfinite(value))
+
+
 def _types(node: dict[str, Any]) -> set[str]:
     kind = node.get("type")
     if isinstance(kind, str):
@@ -89,7 +95,7 @@ def _item(node: dict[str, Any], current: Any, draw: Draw) -> Any:
 
 
 def _numbers(node: dict[str, Any], keyword: str, bound: Any) -> Breakers:
-    if not _is_number(bound) or not math.isfinite(bound):
+    if not _finite(bound):
         return Breakers(reason=f"{keyword} {bound!r} is not a finite number")
     integer = "integer" in _types(node) and "number" not in _types(node)
     below = {"minimum": True, "exclusiveMinimum": True}.get(keyword, False)
@@ -100,23 +106,27 @@ def _numbers(node: dict[str, Any], keyword: str, bound: Any) -> Breakers:
     if integer:
         edge = math.ceil(bound) - 1 if below else math.floor(bound) + 1
         return Breakers((edge,))
+    if isinstance(bound, int) and abs(bound) >= 1e15:  # no float near it: integers only
+        return Breakers((bound - 1 if below else bound + 1,))
     step = 1 if abs(bound) < 1e15 else abs(bound) / 1e6
-    return Breakers(
-        (bound - step if below else bound + step, bound - 0.5 if below else bound + 0.5)
-    )
+    if below:
+        return Breakers((bound - step, bound - 0.5))
+    return Breakers((bound + step, bound + 0.5))
 
 
 def _multiple(node: dict[str, Any], step: Any) -> Breakers:
-    if not _is_number(step) or step <= 0 or not math.isfinite(step):
+    if not _finite(step) or step <= 0:
         return Breakers(reason=f"multipleOf {step!r} is not a positive number")
     integer = "integer" in _types(node) and "number" not in _types(node)
-    if integer and isinstance(step, int | float) and float(step) == 1.0:
+    if integer and step == 1:
         return Breakers(reason="every integer is a multiple of 1")
     if integer:
-        if float(step).is_integer():
+        if isinstance(step, int) or step.is_integer():
             return Breakers((int(step) + 1, 1))
         # Integers that are not multiples of a fractional step: 1, 2, 3...
         return Breakers((1, 2, 3))
+    if isinstance(step, int) and step >= 1e15:
+        return Breakers((step + 1, 1))
     return Breakers((step / 2, step * 1.5, step + 1, 1))
 
 
