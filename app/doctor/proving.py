@@ -214,6 +214,7 @@ class Prover:
         self.bases = self._bases(seed)
         self._drawer = InstanceDrawer(schema, random.Random(f"{seed}/targeted"), extras=False)
         self.judged = 0
+        self.deadline = float("inf")
 
     def _bases(self, seed: int) -> list[Any]:
         """Documents the schema accepts, to put values in (MISSING last: a value alone)."""
@@ -235,6 +236,7 @@ class Prover:
     def run(self, keywords: list[Keyword], deadline: float) -> Proofs:
         """Prove every keyword, then the over-restrictions; ``deadline`` (a
         ``time.perf_counter`` value) is only a safety stop, which sets ``cut_short``."""
+        self.deadline = deadline
         by_pointer: dict[str, Proof] = {}
         for keyword in keywords:
             if time.perf_counter() > deadline or self.judged >= _JUDGED:
@@ -251,7 +253,11 @@ class Prover:
             (pointer, frozenset(accepts), frozenset(writes))
             for pointer, accepts, writes in self.typeless_summary()
         )
-        return Proofs(by_pointer, over, typeless, time.perf_counter() > deadline)
+        return Proofs(by_pointer, over, typeless, self._spent())
+
+    def _spent(self) -> bool:
+        """The safety stop: past the deadline, or the documents judged at their cap."""
+        return time.perf_counter() > self.deadline or self.judged >= _JUDGED
 
     def draw(self, node: Any) -> Any:
         """A value drawn for a subschema (None when none could be)."""
@@ -360,7 +366,7 @@ class Prover:
         for keyword in keywords:
             node_pointer = pointer_from_parts(split_pointer(keyword.pointer)[:-1])
             path = self.located.get(node_pointer)
-            if path is None:
+            if path is None or self._spent():
                 continue
             for cause, value in _equal_numbers(keyword):
                 found = self._refused(path, value, cause, (keyword.pointer,))
@@ -434,6 +440,8 @@ class Prover:
         and the grammar refuses."""
         out: list[Over] = []
         for pointer, path in self.located.items():
+            if self._spent():
+                break
             node = _node_at(self.schema, pointer)
             if not isinstance(node, dict) or "type" in node or "const" in node or "enum" in node:
                 continue
@@ -453,6 +461,8 @@ class Prover:
         accepts there, and the types the grammar can start writing there."""
         out = []
         for pointer, path in self.located.items():
+            if self._spent():
+                break
             node = _node_at(self.schema, pointer)
             if not isinstance(node, dict) or "type" in node or "const" in node or "enum" in node:
                 continue
