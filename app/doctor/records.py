@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
@@ -132,6 +133,18 @@ class Witness:
     def pointers(self) -> tuple[str, ...]:
         """The schema keywords the errors point at (the keywords the grammar weakens)."""
         return tuple(dict.fromkeys(e.pointer for e in self.errors if e.pointer))
+
+    def parts(self) -> tuple[str, str, str]:
+        """The text cut at its offending character (the refused one, or the one that makes it
+        not JSON), invisible characters escaped (for the page)."""
+        if self.refusal is not None:
+            at = self.refusal.offset
+            return marked(self.text, (at, min(at + 1, len(self.text))))
+        try:
+            json.loads(self.text)
+        except json.JSONDecodeError as exc:
+            return marked(self.text, (exc.pos, min(exc.pos + 1, len(self.text))))
+        return marked(self.text, None)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
