@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -20,7 +21,10 @@ from dataclasses import dataclass
 from app.doctor import enforcement
 from app.doctor.backends import openai_strict, sglang, vllm, xgrammar
 from app.doctor.backends.llguidance import Llguidance
+from app.doctor.findings import group
+from app.doctor.judge import Judge
 from app.doctor.keywords import constraint_keywords
+from app.doctor.proving import Prover
 from app.doctor.records import (
     BackendRow,
     Costs,
@@ -214,6 +218,9 @@ class _Examination:
             pool.shutdown(wait=False)
         line_of = self._line_of()
         unchecked = found.search.unchecked_formats if found.search else ()
+        prover = Prover(self.grammar, self.doctor.tokens, self.schema, Judge(self.schema),
+                        seed=seed)  # fmt: skip
+        proofs = prover.run(keywords, time.perf_counter() + budget_ms / 1000)
         findings = enforcement.findings(
             keywords,
             probe,
@@ -221,7 +228,19 @@ class _Examination:
             line_of=line_of,
             strict_mode=self.spec.options.strict_mode,
             unchecked_formats=unchecked,
+            proofs=proofs,
         )
+        grouped = group(
+            keywords,
+            findings,
+            proofs,
+            found.witnesses,
+            typeless=proofs.typeless,
+            strict_example=found.strict_example,
+        )
+        figures = found.search
+        if figures is not None and proofs.cut_short:
+            figures = dataclasses.replace(figures, cut_short=True)
         backends = self._backends(findings, found, other, llg, vllm_guidance)
         costs = _costs(self.grammar, other.result, found, max_tokens)
         checked = (
@@ -229,7 +248,7 @@ class _Examination:
             if probe
             else Enforcement(0, len(keywords), 0.0, bool(keywords))
         )
-        return DoctorReport(findings, found.witnesses, found.search, checked, backends, costs)
+        return DoctorReport(findings, found.witnesses, figures, checked, backends, costs, grouped)
 
     def _line_of(self) -> Callable[[str], int | None]:
         if self.pydantic is not None:

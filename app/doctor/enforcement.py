@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from app.doctor.keywords import Keyword
+from app.doctor.proving import Proof, Proofs
 from app.doctor.records import Direction, KeywordFinding, Status, Witness
 from app.engine.keyword_probe import ProbeResult
 
@@ -92,6 +93,7 @@ def findings(
     line_of: Callable[[str], int | None],
     strict_mode: bool,
     unchecked_formats: Sequence[str] = (),
+    proofs: Proofs | None = None,
 ) -> tuple[KeywordFinding, ...]:
     """The status of every keyword.
 
@@ -102,9 +104,23 @@ def findings(
         line_of: the editor line of a keyword pointer (None when it has none).
         strict_mode: the option the grammar was compiled with.
         unchecked_formats: formats jsonschema cannot check (no witness can prove them ignored).
+        proofs: the documents built against each keyword (``enforced`` needs the grammar to
+            refuse them; without proofs it means the grammar changes without the keyword).
     """
     probes = {p.pointer: p for p in probe.probes} if probe else {}
+    built = proofs.by_pointer if proofs else {}
     blamed = _witnessed(witnesses)
+    for pointer, made in built.items():
+        if made.witness is not None:
+            blamed[pointer] = (
+                f"{_first_message(made.witness, pointer)} (in {made.witness.text!r},"
+                " a document built to break it)"
+            )
+        elif made.not_json is not None:
+            blamed[pointer] = (
+                f"its strings accept a raw control character, which JSON forbids"
+                f" ({made.not_json!r} is not JSON)"
+            )
     warned = _warned_deepest(probe)
     out: list[KeywordFinding] = []
     for keyword in keywords:
@@ -124,12 +140,45 @@ def findings(
         elif warned.get(keyword.pointer):
             status, detail = Status.WARNED, "; ".join(warned[keyword.pointer])
         else:
-            status, detail = Status.ENFORCED, "the grammar changes without it"
+            status, detail = Status.ENFORCED, _enforced(built.get(keyword.pointer))
         if keyword.keyword == "format" and keyword.value in unchecked_formats:
             detail += f" (jsonschema cannot check format {keyword.value!r}: no witness for it)"
+        proof = built.get(keyword.pointer)
+        witness = proof.witness.text if proof and proof.witness else None
+        span = proof.span if proof and proof.witness else None
+        if proof and witness is None and proof.not_json:
+            witness, span = proof.not_json, proof.not_json_span
+        note = f"no witness can be built: {proof.note}" if proof and proof.note else None
         out.append(
             KeywordFinding(
-                keyword.pointer, keyword.keyword, line_of(keyword.pointer), status, detail
+                keyword.pointer,
+                keyword.keyword,
+                line_of(keyword.pointer),
+                status,
+                detail,
+                witness,
+                span,
+                note,
             )
         )
     return tuple(out)
+
+
+def _first_message(witness: Witness, pointer: str) -> str:
+    found = next(
+        (e for e in witness.errors if e.pointer and (e.pointer + "/").startswith(pointer + "/")),
+        None,
+    )
+    return f"{found.message} at {found.path}" if found else "the schema rejects it"
+
+
+def _enforced(proof: Proof | None) -> str:
+    """Why a keyword counts as enforced: what the built documents showed."""
+    if proof is None:
+        return "the grammar changes without it"
+    if proof.refused:
+        plural = "s" if proof.refused > 1 else ""
+        return f"the grammar refuses the {proof.refused} document{plural} built to break it"
+    if proof.note:
+        return f"the grammar changes without it; no witness can be built: {proof.note}"
+    return "the grammar changes without it; its subschemas are examined keyword by keyword"

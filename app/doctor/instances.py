@@ -105,6 +105,11 @@ class InstanceDrawer:
         """One document; GiveUp when this draw cannot satisfy the schema."""
         return self._any(self._root, 0)
 
+    def draw_from(self, node: Any) -> Any:
+        """A value for one subschema of the schema (its ``$ref``s resolve in the whole schema);
+        GiveUp when this draw cannot satisfy it."""
+        return self._any(node, 0)
+
     def _flatten(self, node: Any, depth: int) -> dict[str, Any]:
         """``$ref``, ``allOf`` and one ``anyOf``/``oneOf`` branch folded into one schema."""
         if node is True or node == {}:

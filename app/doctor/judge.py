@@ -16,7 +16,10 @@ from app.doctor.keywords import error_pointer, subschemas
 from app.engine.jsonschema_safe import error_list, format_checker, schema_validator
 from app.paths import format_path
 
-__all__ = ["Judge", "Judged", "WitnessError"]
+__all__ = ["CANNOT_JUDGE", "Judge", "Judged", "WitnessError"]
+
+#: How an error from a validator that raised on a document begins.
+CANNOT_JUDGE = "the validator cannot judge this document"
 
 
 @dataclass(frozen=True)
@@ -79,11 +82,18 @@ class Judge:
         return sorted(used - set(self._checker.checkers))
 
     def value(self, value: Any) -> tuple[WitnessError, ...]:
-        """The errors of a parsed document, in path order."""
-        errors = sorted(
-            error_list(self._validator, value),
-            key=lambda e: [str(part) for part in e.absolute_path],
-        )
+        """The errors of a parsed document, in path order.
+
+        A validator that raises on the document (``multipleOf`` on a number too large for a
+        float raises ``OverflowError``) gives one error saying so, at ``$``: the document is
+        not judged, and that is itself a finding.
+        """
+        try:
+            found = error_list(self._validator, value)
+        except (ArithmeticError, ValueError, RecursionError, TypeError) as exc:
+            message = f"{CANNOT_JUDGE}: {type(exc).__name__}: {exc}"
+            return (WitnessError("$", message, None),)
+        errors = sorted(found, key=lambda e: [str(part) for part in e.absolute_path])
         return tuple(
             WitnessError(
                 format_path(e.absolute_path),

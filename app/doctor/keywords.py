@@ -107,6 +107,10 @@ def resolve_ref(root: Any, ref: str) -> tuple[list[str], Any] | None:
     """The target of a local ``$ref`` (``#`` or ``#/...``) and its path; None when not local."""
     if not isinstance(ref, str) or not ref.startswith("#"):
         return None
+    if ref != "#" and not ref.startswith("#/"):
+        # "#name" is a plain-name fragment (an $anchor), not a pointer: read as a pointer it
+        # would name the root itself, and following it would never end.
+        return _anchor(root, ref[1:])
     parts = split_pointer(ref[1:])
     node = root
     try:
@@ -115,6 +119,20 @@ def resolve_ref(root: Any, ref: str) -> tuple[list[str], Any] | None:
     except (KeyError, IndexError, ValueError, TypeError):
         return None
     return parts, node
+
+
+def _anchor(root: Any, name: str) -> tuple[list[str], Any] | None:
+    """The subschema declaring ``"$anchor": name`` (or ``$dynamicAnchor``) and its path."""
+    stack: list[tuple[list[str], Any]] = [([], root)]
+    while stack:
+        parts, node = stack.pop()
+        if isinstance(node, dict):
+            if name in (node.get("$anchor"), node.get("$dynamicAnchor")):
+                return parts, node
+            stack.extend((parts + [str(k)], v) for k, v in reversed(list(node.items())))
+        elif isinstance(node, list):
+            stack.extend((parts + [str(i)], v) for i, v in reversed(list(enumerate(node))))
+    return None
 
 
 def _children(node: dict[str, Any]) -> Iterator[tuple[list[str | int], Any]]:
@@ -155,11 +173,25 @@ def subschemas(root: Any) -> Iterator[tuple[list[str | int], dict[str, Any]]]:
         stack.extend(reversed(pending))
 
 
+def _negated(parts: list[str | int]) -> bool:
+    """Whether a subschema lies inside a ``not``: its keywords are what the user forbade with
+    ``not``, constraining nothing themselves (the row is ``not``'s)."""
+    names = _MAP_OF_SUBSCHEMAS + ("$defs", "definitions")
+    index = 0
+    while index < len(parts):
+        if parts[index] == "not":
+            return True
+        index += 2 if parts[index] in names or parts[index] in _LIST_OF_SUBSCHEMAS else 1
+    return False
+
+
 def constraint_keywords(root: Any) -> list[Keyword]:
-    """The constraint keywords of every reachable subschema, in document order."""
+    """The constraint keywords of every reachable subschema, in document order (those inside a
+    ``not`` are that keyword's: they have no row of their own)."""
     found = [
         Keyword(pointer_from_parts([*parts, key]), key, value, node)
         for parts, node in subschemas(root)
+        if not _negated(parts)
         for key, value in node.items()
         if key in CONSTRAINT_KEYWORDS
     ]
@@ -187,10 +219,12 @@ def error_pointer(root: Any, schema_path: Iterable[str | int]) -> str:
     parts: list[str | int] = []
     node = root
     for part in schema_path:
+        followed: set[int] = set()
         while isinstance(node, dict) and part not in node and isinstance(node.get("$ref"), str):
             target = resolve_ref(root, node["$ref"])
-            if target is None:
-                break
+            if target is None or id(target[1]) in followed:
+                break  # a reference to itself, or a loop of references, leads nowhere
+            followed.add(id(target[1]))
             parts, node = list(target[0]), target[1]
         if part == "$ref":
             continue

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -15,14 +17,39 @@ __all__ = [
     "Costs",
     "DoctorReport",
     "Enforcement",
+    "Finding",
     "KeywordFinding",
     "Message",
+    "marked",
     "Refusal",
     "Search",
     "Status",
     "Verdict",
     "Witness",
 ]
+
+
+def _escaped(text: str, *, lines: bool) -> str:
+    """Invisible characters as ``\\uXXXX`` (newlines and tabs kept when ``lines``)."""
+    return "".join(
+        f"\\u{ord(c):04x}"
+        if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") and not (lines and c in "\n\t")
+        else c
+        for c in text
+    )
+
+
+def marked(text: str | None, span: tuple[int, int] | None) -> tuple[str, str, str]:
+    """``text`` cut at ``span`` (before, the part marked, after), invisible characters shown
+    escaped: everywhere in the marked part, everywhere but newlines and tabs outside it."""
+    if text is None:
+        return ("", "", "")
+    start, end = span if span else (len(text), len(text))
+    return (
+        _escaped(text[:start], lines=True),
+        _escaped(text[start:end], lines=False),
+        _escaped(text[end:], lines=True),
+    )
 
 
 class Status(StrEnum):
@@ -46,17 +73,31 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True)
 class KeywordFinding:
-    """One constraint keyword and how it is enforced."""
+    """One constraint keyword and how it is enforced.
+
+    Attributes:
+        witness: the document built to break it that the grammar accepts, if any.
+        span: where, in ``witness``, the part built against the keyword is (code points).
+        note: why no document breaking it can exist or be built, when none was.
+    """
 
     pointer: str
     keyword: str
     line: int | None
     status: Status
     detail: str
+    witness: str | None = None
+    span: tuple[int, int] | None = None
+    note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return dataclasses.asdict(self) | {"status": self.status.value}
+        span = list(self.span) if self.span else None
+        return dataclasses.asdict(self) | {"status": self.status.value, "span": span}
+
+    def parts(self) -> tuple[str, str, str]:
+        """The witness cut at its span, invisible characters escaped (for the page)."""
+        return marked(self.witness, self.span)
 
 
 @dataclass(frozen=True)
@@ -93,6 +134,18 @@ class Witness:
         """The schema keywords the errors point at (the keywords the grammar weakens)."""
         return tuple(dict.fromkeys(e.pointer for e in self.errors if e.pointer))
 
+    def parts(self) -> tuple[str, str, str]:
+        """The text cut at its offending character (the refused one, or the one that makes it
+        not JSON), invisible characters escaped (for the page)."""
+        if self.refusal is not None:
+            at = self.refusal.offset
+            return marked(self.text, (at, min(at + 1, len(self.text))))
+        try:
+            json.loads(self.text)
+        except json.JSONDecodeError as exc:
+            return marked(self.text, (exc.pos, min(exc.pos + 1, len(self.text))))
+        return marked(self.text, None)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {
@@ -102,6 +155,44 @@ class Witness:
             "refusal": self.refusal.to_dict() if self.refusal else None,
             "pointers": list(self.pointers),
         }
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One cause of disagreement between the grammar and the schema, in words.
+
+    Attributes:
+        cause: what happens, e.g. "xgrammar ignores uniqueItems: the grammar writes repeated
+            items".
+        direction: ``grammar_accepts_schema_rejects``, ``schema_accepts_grammar_refuses``, or
+            ``not_json`` (the grammar accepts a document that is not JSON at all).
+        keywords: the keywords (as written) the cause concerns.
+        pointers: their JSON pointers.
+        count: the documents found with this cause (built or searched).
+        example: one of them (None when none can be built: see ``note``).
+        span: the offending part of ``example`` (code points, end excluded).
+        note: why no witness can be built, or what else to know.
+    """
+
+    cause: str
+    direction: str
+    keywords: tuple[str, ...]
+    pointers: tuple[str, ...]
+    count: int
+    example: str | None
+    span: tuple[int, int] | None = None
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the contract's ``findings`` item)."""
+        out = dataclasses.asdict(self)
+        out["keywords"], out["pointers"] = list(self.keywords), list(self.pointers)
+        out["span"] = list(self.span) if self.span else None
+        return out
+
+    def parts(self) -> tuple[str, str, str]:
+        """The example cut at its span, invisible characters escaped (for the page)."""
+        return marked(self.example, self.span)
 
 
 @dataclass(frozen=True)
@@ -196,10 +287,12 @@ class DoctorReport:
     enforcement: Enforcement | None
     backends: tuple[BackendRow, ...]
     costs: Costs
+    findings: tuple[Finding, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The ``POST /api/doctor`` answer."""
         return {
+            "findings": [f.to_dict() for f in self.findings],
             "keywords": [k.to_dict() for k in self.keywords],
             "witnesses": [w.to_dict() for w in self.witnesses],
             "search": self.search.to_dict() if self.search else None,

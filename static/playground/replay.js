@@ -40,12 +40,25 @@
     MS.markReplayLine(line, result.dataset.cause || "");
   }
 
+  // A Doctor finding's example, clicked: replayed in the Replay tab.
+  function openReplay(text) {
+    const radio = $('input[name="mode"][value="replay"]');
+    if (radio) radio.checked = true;
+    setMode(true);
+    $("#replay-text").value = text;
+    $("#btn-replay").click();
+  }
+
   function bindReplay() {
+    document.addEventListener("click", (event) => {
+      const example = event.target.closest("[data-replay-text]");
+      if (example) openReplay(example.dataset.replayText);
+    });
     $$('input[name="mode"]').forEach((radio) => radio.addEventListener("change", () => {
       setMode(replayMode());
       radio.blur();
     }));
   }
 
-  Object.assign(MS, { replayMode, selectReplayToken, moveReplay, onReplayResult, bindReplay });
+  Object.assign(MS, { replayMode, selectReplayToken, moveReplay, onReplayResult, bindReplay, openReplay });
 })();

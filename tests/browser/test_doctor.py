@@ -1,5 +1,5 @@
-"""The Doctor tab in a real browser: an ignored keyword marked in the editor, a witness, and the
-serving stacks side by side."""
+"""The Doctor tab in a real browser: an ignored keyword marked in the editor, a finding whose
+witness opens in the Replay tab, and the serving stacks side by side."""
 
 from __future__ import annotations
 
@@ -33,6 +33,16 @@ def test_a_uniqueitems_schema_in_the_doctor_tab(page: Page, live_server: str) ->
     expect(witness).to_contain_text("has non-unique elements")
     items = json.loads(witness.locator(".witness-text").inner_text())
     assert len(items) > len(set(items))
+
+    # each finding shows its witness, the offending part marked; clicking it replays it
+    example = page.locator("#doctor-result .doctor-findings .finding-example").first
+    expect(example.locator("mark")).not_to_be_empty()
+    text = example.get_attribute("data-replay-text")
+    assert text is not None and len(json.loads(text)) > len(set(json.loads(text)))
+    example.click()
+    expect(page.locator('input[name="mode"][value="replay"]')).to_be_checked()
+    expect(page.locator("#replay-text")).to_have_value(text)
+    expect(page.locator("#replay-result")).to_contain_text("accepted and complete")
 
     vllm = page.locator('#doctor-result .backend[data-backend="vllm"]')
     expect(vllm).to_contain_text("falls back to guidance")

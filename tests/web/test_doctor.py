@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from app.doctor import MAX_BUDGET_MS
 from app.examples import EXAMPLES_DIR
+from tests.conftest import as_page
 
 UNIQUE = json.dumps({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, indent=2)
 BACKENDS = ["xgrammar", "vllm", "sglang", "llguidance", "openai_strict"]
@@ -18,10 +21,17 @@ def test_the_answer_has_every_part_of_the_contract(client: TestClient) -> None:
     response = client.post("/api/doctor", json=body)
     assert response.status_code == 200, response.text
     body = response.json()
-    assert set(body) == {"keywords", "witnesses", "search", "enforcement", "backends", "costs"}
+    parts = {"findings", "keywords", "witnesses", "search", "enforcement", "backends", "costs"}
+    assert set(body) == parts
     unique = next(k for k in body["keywords"] if k["pointer"] == "/uniqueItems")
     assert unique == {"pointer": "/uniqueItems", "keyword": "uniqueItems", "line": 6,
-                      "status": "ignored", "detail": unique["detail"]}  # fmt: skip
+                      "status": "ignored", "detail": unique["detail"], "witness": unique["witness"],
+                      "span": unique["span"], "note": None}  # fmt: skip
+    assert unique["witness"] is not None and len(unique["span"]) == 2
+    finding = next(f for f in body["findings"] if "/uniqueItems" in f["pointers"])
+    assert set(finding) == {"cause", "direction", "keywords", "pointers", "count", "example",
+                            "span", "note"}  # fmt: skip
+    assert finding["keywords"] == ["uniqueItems"] and finding["count"] >= 1
     witness = body["witnesses"][0]
     assert witness["direction"] == "grammar_accepts_schema_rejects" and witness["refusal"] is None
     assert witness["errors"][0]["path"] == "$" and witness["pointers"] == ["/uniqueItems"]
@@ -84,3 +94,37 @@ def test_a_boolean_schema_is_examined(client: TestClient) -> None:
     assert response.status_code == 200, response.text
     rows = {b["backend"]: b for b in response.json()["backends"]}
     assert rows["llguidance"]["verdict"] == "refuses" and rows["xgrammar"]["verdict"] == "ok"
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "integer", "multipleOf": 0.123456789},
+    {"$ref": "#bigint", "$defs": {"bigint": {"$anchor": "bigint", "maximum": 10}}},
+], ids=["huge multipleOf", "$anchor"])  # fmt: skip
+def test_schemas_that_broke_the_doctor_get_an_answer(client: TestClient, schema: Any) -> None:
+    body = {"grammar": {"kind": "json_schema", "source": json.dumps(schema)}}
+    response = client.post("/api/doctor", json=body)
+    assert response.status_code == 200, response.text
+    assert any(f["direction"] == "grammar_accepts_schema_rejects"
+               for f in response.json()["findings"])  # fmt: skip
+
+
+def test_the_tab_shows_findings_with_their_witness_marked(client: TestClient) -> None:
+    schema = {
+        "type": "object",
+        "required": ["name", "n"],
+        "properties": {
+            "name": {"type": "string", "maxLength": 5},
+            "n": {"type": "integer", "not": {"const": 0}},
+        },
+    }
+    form = {"kind": "json_schema", "source": json.dumps(schema, indent=2)}
+    html = as_page(client).post("/ui/doctor", data=form).text
+    # the badge counts findings (causes), not documents
+    shown = html.count('class="finding-head"')
+    assert shown > 0 and f'data-flagged="{shown}"' in html
+    assert html.index('data-direction="not_json"') < html.index('class="doctor-keywords"')
+    assert "<mark>\\u001a</mark>" in html or "<mark>\\u000a</mark>" in html
+    # the row says the keyword the user wrote, and its witness opens in the replay
+    row = html[html.index('data-pointer="/properties/n/not"') :]
+    assert '<b class="kw-name">not</b>' in row[:600] and "data-replay-text=" in row[:2000]
+    assert "/not/const" not in html
