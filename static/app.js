@@ -20,6 +20,7 @@
       MS.drawInspectorIfNew();
       MS.markSelected();
       MS.updateCounter();
+      MS.updateControls();
       MS.applyChipFilter();
       MS.drawTimeline();
       const tokens = $("#tokens");
@@ -33,6 +34,12 @@
     if (target.id === "compile-result" || $("#compile-result") === target) MS.markCompileError();
     if (target.id === "doctor-result" || $("#doctor-result") === target) MS.markDoctor();
     if (target.id === "replay-result" || $("#replay-result") === target) MS.onReplayResult();
+    // An action's answer (step, undo, force) brings the last step's inspector out of band: the
+    // selection follows it. During a run the page picks the step itself (refresh).
+    if (event.type === "htmx:oobAfterSwap" && target.id === "inspector" && !ui.running && target.dataset.index !== undefined) {
+      ui.selected = Number(target.dataset.index);
+      ui.follow = true;
+    }
     refresh();
   }
 
@@ -75,6 +82,18 @@
   }
 
   function bindHtmx() {
+    // An answer for a setup, session or replay the page no longer shows is dropped unswapped.
+    document.body.addEventListener("htmx:beforeRequest", (event) => {
+      const { elt, xhr } = event.detail;
+      if (xhr && elt) xhr.msScope = elt.msScope;
+    });
+    document.body.addEventListener("htmx:beforeSwap", (event) => {
+      const xhr = event.detail.xhr;
+      if (xhr && MS.isStale(xhr.msScope)) {
+        event.detail.shouldSwap = false;
+        event.detail.isError = false;
+      }
+    });
     document.body.addEventListener("htmx:afterRequest", (event) => {
       if (event.detail.xhr && event.detail.xhr.status === 410 && ui.sessionId) MS.onSessionEnded();
     });
@@ -110,7 +129,14 @@
 
   Object.assign(MS, { refresh, applyChipFilter });
   // Bound at once, not in bind(): htmx may send a request while it first processes the page.
-  document.addEventListener("htmx:configRequest", (event) => Object.assign(event.detail.headers, MS.csrfHeaders()));
+  // Every request names the session and the setup (csrfHeaders adds them) and carries what it
+  // belongs to, read when it is sent (core.js, scopeOf).
+  document.addEventListener("htmx:configRequest", (event) => {
+    const { headers, path, elt, parameters } = event.detail;
+    Object.assign(headers, MS.csrfHeaders());
+    if (elt) elt.msScope = MS.scopeOf(path);
+    if (path === "/ui/replay") ui.replayText = parameters.get ? parameters.get("text") : parameters.text;
+  });
   // The setup form is never submitted (the CSP refuses an inline onsubmit): htmx posts it.
   document.addEventListener("submit", (event) => { if (event.target.id === "config") event.preventDefault(); });
   document.addEventListener("DOMContentLoaded", bind);
