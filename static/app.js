@@ -34,12 +34,6 @@
     if (target.id === "compile-result" || $("#compile-result") === target) MS.markCompileError();
     if (target.id === "doctor-result" || $("#doctor-result") === target) MS.markDoctor();
     if (target.id === "replay-result" || $("#replay-result") === target) MS.onReplayResult();
-    // An action's answer (step, undo, force) brings the last step's inspector out of band: the
-    // selection follows it. During a run the page picks the step itself (refresh).
-    if (event.type === "htmx:oobAfterSwap" && target.id === "inspector" && !ui.running && target.dataset.index !== undefined) {
-      ui.selected = Number(target.dataset.index);
-      ui.follow = true;
-    }
     refresh();
   }
 

@@ -181,7 +181,7 @@
         button.textContent = "force";
         button.title = `force this token at step ${inspector.dataset.index}`;
         Object.assign(button.dataset, { tokenId: String(id), at: inspector.dataset.index, allowed: "true" });
-        li.append(" ", button);
+        li.prepend(button, " ");  // first: the text may run past the list's right edge
       }
       list.appendChild(li);
     }

@@ -71,6 +71,17 @@
     ui.follow = true;
     clearDiscarded();
     await MS.request("action", "POST", `/ui/sessions/${id}/step`, { target: "#tokens", swap: "beforeend", values: { n } });
+    followLast();
+  }
+
+  // An action's answer (step, undo, force) shows the last step in the inspector (out of band):
+  // the selection follows it.
+  function followLast() {
+    if (ui.running) return;
+    const n = chipCount();
+    ui.selected = n ? n - 1 : null;
+    ui.follow = true;
+    MS.markSelected();
   }
 
   // Undo the last step (Backspace, the Undo button), whichever step is selected; right after a
@@ -81,6 +92,7 @@
     clearDiscarded();
     ui.follow = true;
     await MS.request("action", "POST", `/ui/sessions/${ui.sessionId}/back`, { target: "#tokens", swap: "beforeend" });
+    followLast();
   }
 
   // ← and → move the selection through the steps; → past the last step takes a new one.
@@ -141,6 +153,7 @@
     const discarded = later.map((c) => ({ token: Number(c.dataset.tokenId), forced: c.classList.contains("forced") }));
     const session = ui.sessionId;
     await MS.request("action", "POST", `/ui/sessions/${session}/force`, { target: "#tokens", swap: "beforeend", values: { token_id: tokenId, at } });
+    followLast();
     const chip = $(`#tok-${at}`);
     if (session === ui.sessionId && chipCount() === at + 1 && chip && chip.dataset.tokenId === String(tokenId) && discarded.length) {
       ui.discarded = { at, session, steps: discarded };
@@ -178,6 +191,7 @@
       await MS.request("action", "POST", `/ui/sessions/${ui.sessionId}/step`, { target: "#tokens", swap: "beforeend", values: { n } });
       i += n;
     }
+    followLast();
   }
 
   function reset() {
