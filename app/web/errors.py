@@ -21,6 +21,7 @@ __all__ = [
     "ErrorOut",
     "error_response",
     "install_error_handlers",
+    "size_in_kb",
 ]
 
 log = logging.getLogger(__name__)
@@ -125,9 +126,9 @@ def _pointer(loc: tuple[Any, ...]) -> str:
     return pointer_from_parts(parts)
 
 
-def _size(characters: int) -> str:
-    """A size in KB (a character counted as a byte, as the limits are), or in characters."""
-    return f"{characters / 1024:,.0f} KB" if characters >= 1024 else f"{characters:,} characters"
+def size_in_kb(size: int) -> str:
+    """A size in KB (a character counted as a byte, as the caps are), or in characters."""
+    return f"{size / 1024:,.0f} KB" if size >= 1024 else f"{size:,} characters"
 
 
 def _too_long(problem: dict[str, Any], pointer: str) -> str | None:
@@ -135,12 +136,14 @@ def _too_long(problem: dict[str, Any], pointer: str) -> str | None:
     the 256 KB limit (262,144 characters)"; None for any other problem."""
     limit = (problem.get("ctx") or {}).get("max_length")
     given = problem.get("input")
-    if problem.get("type") != "string_too_long" or not isinstance(limit, int):
+    if problem.get("type") not in ("string_too_long", "too_long") or not isinstance(limit, int):
         return None
     name = pointer.rsplit("/", 1)[-1] if pointer else "the text"
     what = f"the {name.replace('_', ' ')}" if name.isidentifier() else f"{pointer}"
-    size = f" is {_size(len(given))}:" if isinstance(given, str) else ""
-    return f"{what}{size} over the {_size(limit)} limit ({limit:,} characters)"
+    if not isinstance(given, str):
+        return None  # a list's length: its own message says it
+    size = f" is {size_in_kb(len(given))}:"
+    return f"{what}{size} over the {size_in_kb(limit)} limit ({limit:,} characters)"
 
 
 async def _maskscope_error(request: Request, error: Exception) -> Response:
