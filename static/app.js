@@ -88,6 +88,8 @@
         event.detail.isError = false;
       }
     });
+    // No answer at all (the server is away): said, not left as a spinner that never stops.
+    document.body.addEventListener("htmx:sendError", () => MS.toast("The server did not answer: is it still running? Try again in a moment."));
     document.body.addEventListener("htmx:afterRequest", (event) => {
       if (event.detail.xhr && event.detail.xhr.status === 410 && ui.sessionId) MS.onSessionEnded();
     });

@@ -284,6 +284,8 @@ def test_p8_any_allowed_token_can_be_forced(page: Page, live_server: str) -> Non
     y = (cell // size[0] + 0.5) * box["height"] / size[1]
     canvas.click(position={"x": x, "y": y})
     expect(page.locator(f"#tok-{at}.forced")).to_have_attribute("data-token-id", str(token))
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "page-state-p8-forced-from-the-picture.png"))
 
 
 def test_p9_arrows_move_the_selection_and_backspace_undoes(page: Page, live_server: str) -> None:
@@ -334,6 +336,8 @@ def test_p9_arrows_move_the_selection_and_backspace_undoes(page: Page, live_serv
     expect(page.locator("#inspector")).to_contain_text("Replayed token #1")
     page.keyboard.press("ArrowLeft")
     expect(page.locator("#inspector")).to_contain_text("Replayed token #0")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "page-state-p9-replay-keys.png"))
     page.click("label.tab:has(input[value=generate])")
 
 
