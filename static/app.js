@@ -20,6 +20,7 @@
       MS.drawInspectorIfNew();
       MS.markSelected();
       MS.updateCounter();
+      MS.updateControls();
       MS.applyChipFilter();
       MS.drawTimeline();
       const tokens = $("#tokens");
@@ -75,6 +76,20 @@
   }
 
   function bindHtmx() {
+    // An answer for a setup, session or replay the page no longer shows is dropped unswapped.
+    document.body.addEventListener("htmx:beforeRequest", (event) => {
+      const { elt, xhr } = event.detail;
+      if (xhr && elt) xhr.msScope = elt.msScope;
+    });
+    document.body.addEventListener("htmx:beforeSwap", (event) => {
+      const xhr = event.detail.xhr;
+      if (xhr && MS.isStale(xhr.msScope)) {
+        event.detail.shouldSwap = false;
+        event.detail.isError = false;
+      }
+    });
+    // No answer at all (the server is away): said, not left as a spinner that never stops.
+    document.body.addEventListener("htmx:sendError", () => MS.toast("The server did not answer: is it still running? Try again in a moment."));
     document.body.addEventListener("htmx:afterRequest", (event) => {
       if (event.detail.xhr && event.detail.xhr.status === 410 && ui.sessionId) MS.onSessionEnded();
     });
@@ -110,7 +125,14 @@
 
   Object.assign(MS, { refresh, applyChipFilter });
   // Bound at once, not in bind(): htmx may send a request while it first processes the page.
-  document.addEventListener("htmx:configRequest", (event) => Object.assign(event.detail.headers, MS.csrfHeaders()));
+  // Every request names the session and the setup (csrfHeaders adds them) and carries what it
+  // belongs to, read when it is sent (core.js, scopeOf).
+  document.addEventListener("htmx:configRequest", (event) => {
+    const { headers, path, elt, parameters } = event.detail;
+    Object.assign(headers, MS.csrfHeaders());
+    if (elt) elt.msScope = MS.scopeOf(path);
+    if (path === "/ui/replay") ui.replayText = parameters.get ? parameters.get("text") : parameters.text;
+  });
   // The setup form is never submitted (the CSP refuses an inline onsubmit): htmx posts it.
   document.addEventListener("submit", (event) => { if (event.target.id === "config") event.preventDefault(); });
   document.addEventListener("DOMContentLoaded", bind);

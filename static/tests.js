@@ -14,10 +14,17 @@
       $("#tests-flag").textContent = "";
       return;
     }
-    await htmx.ajax("POST", "/ui/tests", {
-      source: "#config", target: "#tests-result", swap: "innerHTML",
-      values: { tests: JSON.stringify(tests) }, indicator: "#tests-spinner",
-    });
+    // Its own request source (static/playground/core.js): never queued behind, nor ahead of, a
+    // request of another panel; an answer for an older setup is dropped.
+    const spinner = $("#tests-spinner");
+    if (spinner) spinner.classList.add("htmx-request");
+    try {
+      await MS.request("tests", "POST", "/ui/tests", {
+        target: "#tests-result", values: { tests: JSON.stringify(tests) }, form: true,
+      });
+    } finally {
+      if (spinner) spinner.classList.remove("htmx-request");
+    }
     const table = $("#tests-result .tests-table");
     const failed = table ? Number(table.dataset.failed) : 0;
     $("#tests-flag").textContent = failed ? String(failed) : "";

@@ -2,8 +2,10 @@
 
 Read from the replay's own facts (the refused offset, the JSON path the parser was at) and the
 schema at that path: whitespace the compile options refuse (and which presets accept the text,
-found by replaying it under them), an ``enum``/``const`` and its values, a ``maxLength``,
-``maxItems`` or ``minItems`` bound. Nothing is guessed: no rule applies, no cause is given.
+found by replaying it under them), an ``enum``/``const`` and its values, a string ``format``, a
+``maxLength``, ``maxItems`` or ``minItems`` bound. A value inside an array is named with its
+index (``$.tags[1]``); an array's bounds with the array's path. Nothing is guessed: no rule
+applies, no cause is given.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ from app.paths import escape_token, parse_path
 __all__ = ["ReplayCause", "explain", "schema_at"]
 
 _WHITESPACE = {" ": "a space", "\n": "a newline", "\t": "a tab", "\r": "a carriage return"}
+_FORMATS = {
+    "email": "an email address", "date": "a date (YYYY-MM-DD)", "time": "a time (HH:MM:SS)",
+    "date-time": "a date-time (RFC 3339)", "uuid": "a UUID", "ipv4": "an IPv4 address",
+    "ipv6": "an IPv6 address", "uri": "a URI", "hostname": "a hostname",
+}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +134,7 @@ def explain(
     parent = re.sub(r"\[\d+\]$", "", path)
     if parent != path:  # an item: its array's bounds count too
         nodes += schema_at(schema, parent)
-    cause = _bound(nodes, text, rejection, path if parent == path else parent, char)
+    cause = _bound(nodes, text, rejection, path, parent, char)
     if cause is None:
         return None
     message, pointer = cause
@@ -135,8 +142,15 @@ def explain(
 
 
 def _bound(
-    nodes: list[tuple[str, dict[str, Any]]], text: str, rejection: Rejection, path: str, char: str
+    nodes: list[tuple[str, dict[str, Any]]],
+    text: str,
+    rejection: Rejection,
+    path: str,
+    array: str,
+    char: str,
 ) -> tuple[str, str] | None:
+    """The keyword at fault and its message: ``path`` names the value refused (with its index
+    in an array), ``array`` the array it is in (``path`` itself when it is in none)."""
     pointer, values = _keyword(nodes, "enum")
     if pointer is not None and isinstance(values, list):
         shown = " | ".join(json.dumps(v) for v in values)
@@ -144,6 +158,17 @@ def _bound(
     pointer, value = _keyword(nodes, "const")
     if pointer is not None:
         return f"{path} must be {json.dumps(value)} (const)", pointer
+    pointer, fmt = _keyword(nodes, "format")
+    if pointer is not None and isinstance(fmt, str):
+        start = text.rfind('"', 0, rejection.offset)
+        so_far = text[start + 1 : rejection.offset] if start >= 0 else ""
+        refused = "the end of the string" if char == '"' else json.dumps(char)
+        what = _FORMATS.get(fmt, f'a string of format "{fmt}"')
+        return (
+            f'{path} must be {what} (format "{fmt}"): after {json.dumps(so_far)} the grammar'
+            f" refuses {refused}",
+            pointer,
+        )
     pointer, limit = _keyword(nodes, "maxLength")
     if pointer is not None and char != '"':
         have = _string_so_far(text, rejection.offset)
@@ -154,8 +179,8 @@ def _bound(
         )
     pointer, limit = _keyword(nodes, "maxItems")
     if pointer is not None and char == ",":
-        return f"the array at {path} holds at most maxItems {limit} items", pointer
+        return f"the array at {array} holds at most maxItems {limit} items", pointer
     pointer, limit = _keyword(nodes, "minItems")
     if pointer is not None and char == "]":
-        return f"the array at {path} needs at least minItems {limit} items", pointer
+        return f"the array at {array} needs at least minItems {limit} items", pointer
     return None

@@ -14,7 +14,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app import exceptions as exc
 from app.paths import pointer_from_parts
 
-__all__ = ["FORBIDDEN_RESPONSE", "STATUS", "ErrorOut", "error_response", "install_error_handlers"]
+__all__ = [
+    "FORBIDDEN_RESPONSE",
+    "PANEL_TARGETS",
+    "STATUS",
+    "ErrorOut",
+    "error_response",
+    "install_error_handlers",
+    "size_in_kb",
+]
 
 log = logging.getLogger(__name__)
 
@@ -79,22 +87,65 @@ def status_of(error: exc.MaskscopeError) -> int:
     return 500
 
 
+#: The page's panels (the id htmx sends as ``HX-Target``) and the class of the element a 4xx
+#: answer replaces, so that the error shows where the user looks; None: the panel's content is
+#: replaced, the panel kept. Any other target (a step, a force) gets the toast.
+PANEL_TARGETS: dict[str, str | None] = {
+    "compile-result": "compile",
+    "doctor-result": "doctor",
+    "replay-result": "replay-result",
+    "inspector": "inspector panel",
+    "tests-result": None,
+}
+
+
 def error_response(request: Request, status: int, body: dict[str, Any]) -> Response:
-    """JSON for the API; for the page's HTMX requests, a fragment retargeted to the toast."""
-    if request.headers.get("HX-Request") == "true":
-        templates = request.app.state.maskscope.templates
+    """JSON for the API; for the page's HTMX requests, a fragment: a 4xx of a panel's request in
+    that panel (``PANEL_TARGETS``), anything else in the toast."""
+    if request.headers.get("HX-Request") != "true":
+        return JSONResponse({"error": body}, status_code=status)
+    templates = request.app.state.maskscope.templates
+    target = request.headers.get("HX-Target") or ""
+    if 400 <= status < 500 and target in PANEL_TARGETS:
+        panel_class = PANEL_TARGETS[target]
+        context = {"error": body, "panel_id": target, "panel_class": panel_class}
         response: Response = templates.TemplateResponse(
-            request, "partials/_error.html", {"error": body}, status_code=status
+            request, "partials/_panel_error.html", context, status_code=status
         )
-        response.headers["HX-Retarget"] = "#toast"
-        response.headers["HX-Reswap"] = "innerHTML"
+        response.headers["HX-Retarget"] = f"#{target}"
+        response.headers["HX-Reswap"] = "innerHTML" if panel_class is None else "outerHTML"
         return response
-    return JSONResponse({"error": body}, status_code=status)
+    response = templates.TemplateResponse(
+        request, "partials/_error.html", {"error": body}, status_code=status
+    )
+    response.headers["HX-Retarget"] = "#toast"
+    response.headers["HX-Reswap"] = "innerHTML"
+    return response
 
 
 def _pointer(loc: tuple[Any, ...]) -> str:
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
     return pointer_from_parts(parts)
+
+
+def size_in_kb(size: int) -> str:
+    """A size in KB (a character counted as a byte, as the caps are), or in characters."""
+    return f"{size / 1024:,.0f} KB" if size >= 1024 else f"{size:,} characters"
+
+
+def _too_long(problem: dict[str, Any], pointer: str) -> str | None:
+    """A text over its limit, in plain words with the limit in KB: "the source is 464 KB: over
+    the 256 KB limit (262,144 characters)"; None for any other problem."""
+    limit = (problem.get("ctx") or {}).get("max_length")
+    given = problem.get("input")
+    if problem.get("type") not in ("string_too_long", "too_long") or not isinstance(limit, int):
+        return None
+    name = pointer.rsplit("/", 1)[-1] if pointer else "the text"
+    what = f"the {name.replace('_', ' ')}" if name.isidentifier() else f"{pointer}"
+    if not isinstance(given, str):
+        return None  # a list's length: its own message says it
+    size = f" is {size_in_kb(len(given))}:"
+    return f"{what}{size} over the {size_in_kb(limit)} limit ({limit:,} characters)"
 
 
 async def _maskscope_error(request: Request, error: Exception) -> Response:
@@ -111,7 +162,7 @@ async def _validation_error(request: Request, error: Exception) -> Response:
         message = f"malformed JSON: {context.get('error', first['msg'])}"
         return error_response(request, 400, {"message": message, "code": "malformed"})
     pointer = _pointer(tuple(first.get("loc", ())))
-    message = f"{pointer or '/'}: {first['msg']}"
+    message = _too_long(first, pointer) or f"{pointer or '/'}: {first['msg']}"
     if len(problems) > 1:
         message += f" (and {len(problems) - 1} more)"
     return error_response(

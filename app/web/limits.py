@@ -1,11 +1,16 @@
-"""An ASGI middleware that refuses request bodies past a size (413), streamed or not."""
+"""An ASGI middleware that refuses request bodies past a size (413), streamed or not; the
+page's requests get the error as the page shows errors (app/web/errors.py: in the panel that
+asked, or the toast)."""
 
 from __future__ import annotations
 
 import json
 
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.web.errors import error_response, size_in_kb
 
 __all__ = ["BodyLimit"]
 
@@ -17,8 +22,11 @@ class BodyLimit:
         self.app = app
         self.max_bytes = max_bytes
 
-    def _message(self) -> str:
-        return f"the request body is larger than the {self.max_bytes} bytes allowed"
+    def _message(self, size: int | None = None) -> str:
+        limit = f"the {size_in_kb(self.max_bytes)} limit ({self.max_bytes:,} bytes)"
+        if size is None:
+            return f"the request body is over {limit}"
+        return f"the request body is {size_in_kb(size)}: over {limit}"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -26,7 +34,11 @@ class BodyLimit:
             return
         declared = dict(scope["headers"]).get(b"content-length", b"0")
         if declared.isdigit() and int(declared) > self.max_bytes:
-            body = json.dumps({"error": {"message": self._message(), "code": "too_large"}})
+            error = {"message": self._message(int(declared)), "code": "too_large"}
+            if dict(scope["headers"]).get(b"hx-request") == b"true" and "app" in scope:
+                await error_response(Request(scope), 413, error)(scope, receive, send)
+                return
+            body = json.dumps({"error": error})
             await send({"type": "http.response.start", "status": 413,
                         "headers": [(b"content-type", b"application/json")]})  # fmt: skip
             await send({"type": "http.response.body", "body": body.encode()})

@@ -6,11 +6,20 @@
 
   // Any change of setup: the next step starts a new session; a run stops; the output shown so far
   // is marked as belonging to the previous setup (its verdict no longer speaks for this schema).
+  // A change of the grammar's setup (kind, source, options, engine, model) is a new setup: the
+  // answers still in flight for the old one are dropped (app.js), and its Doctor findings and
+  // marks, its replay and its notes go (issue 26, problems 2 and 4).
   function configChanged(recompile) {
     ui.dirty = true;
-    if (recompile) htmx.trigger(document.body, "compile");
-    if (recompile && ui.replayDiagnostics && ui.replayDiagnostics.length) MS.markReplayLine(0, "");
+    if (recompile) {
+      ui.setup++;
+      MS.clearSetupMarks();
+      MS.dropReplay();
+      htmx.trigger(document.body, "compile");
+    }
+    MS.clearDiscarded();
     if (ui.sessionId) markStale();
+    MS.updateControls();
   }
 
   function markStale() {

@@ -10,6 +10,10 @@ window.MS = (() => {
     editor: null, kind: "json_schema", sources: {}, vocabs: {},
     inspectorBusy: false, inspectorWanted: null, compileDiagnostics: [], doctorDiagnostics: [],
     drawnInspector: null, discarded: null,
+    // The setup (kind, source, options, engine, model) the page shows: a counter, bumped by each
+    // change of it. Every request names it, and the session, and an answer for an older one is
+    // dropped (app.js, htmx:beforeSwap). `replayRun` counts the Replay presses the same way.
+    setup: 0, replayRun: 0, replayText: null, requestedIndex: null,
   };
 
   function toast(text) {
@@ -39,10 +43,61 @@ window.MS = (() => {
   // The page's CSRF token (app/web/security.py): htmx sends it on every request (app.js), and
   // so must every fetch() that changes state.
   const meta = (name) => (document.querySelector(`meta[name="${name}"]`) || { content: "" }).content;
-  const csrfHeaders = () => ({ "X-CSRF-Token": meta("csrf-token") });
+  const csrfHeaders = () => ({ "X-CSRF-Token": meta("csrf-token"), ...scopeHeaders() });
+
+  // What a request to `path` belongs to, taken when it is sent: its answer is dropped when that
+  // is no longer what the page shows (a newer setup, another session, a newer replay).
+  function scopeOf(path) {
+    const session = /^\/ui\/sessions\/([^/]+)\//.exec(path);
+    if (session) return { session: session[1] };
+    if (path === "/ui/replay") return { setup: ui.setup, replay: ++ui.replayRun };
+    if (path.startsWith("/ui/replay/")) return { setup: ui.setup, replay: ui.replayRun };
+    return { setup: ui.setup };
+  }
+
+  function isStale(scope) {
+    if (!scope) return false;
+    if (scope.session !== undefined) return scope.session !== ui.sessionId;
+    if (scope.replay !== undefined && scope.replay !== ui.replayRun) return true;
+    return scope.setup !== ui.setup;
+  }
+
+  // The headers that name the session and the setup, on every request the page makes.
+  const scopeHeaders = () => ({ "X-Maskscope-Setup": String(ui.setup), "X-Maskscope-Session": ui.sessionId || "" });
+
+  // One hidden source element per kind of request: htmx queues a request behind another one from
+  // the same element and resolves its promise at once (and its "last" queue drops the one queued
+  // before), so requests of unrelated kinds must never share one (a new session queued behind
+  // the Tests' request was read before it was swapped in: issue 26, problem 1).
+  function sourceFor(kind) {
+    let box = document.getElementById("ms-requests");
+    if (!box) {
+      box = document.createElement("div");
+      box.id = "ms-requests";
+      box.hidden = true;
+      document.body.appendChild(box);
+    }
+    let source = box.querySelector(`[data-kind="${kind}"]`);
+    if (!source) {
+      source = document.createElement("span");
+      source.dataset.kind = kind;
+      box.appendChild(source);
+    }
+    return source;
+  }
+
+  // The setup form's values (the fields outside it that name it with form="config" included).
+  const formValues = () => Object.fromEntries(new FormData(document.getElementById("config")));
+
+  // htmx.ajax from the kind's own source; `form` adds the setup form's values under `values`.
+  function request(kind, verb, path, { target, swap = "innerHTML", values = {}, form = false } = {}) {
+    const all = form ? { ...formValues(), ...values } : values;
+    return htmx.ajax(verb, path, { source: sourceFor(kind), target, swap, values: all });
+  }
 
   const isAllowed = (words, id) => ((words[id >>> 5] >>> (id & 31)) & 1) === 1;
   const visible = (text) => (text === "" ? "∅" : text.replace(/ /g, "·").replace(/\n/g, "↵").replace(/\t/g, "⇥"));
 
-  return { $, $$, ui, toast, enqueue, isAllowed, visible, meta, csrfHeaders };
+  return { $, $$, ui, toast, enqueue, isAllowed, visible, meta, csrfHeaders, scopeOf, isStale,
+           scopeHeaders, request, formValues };
 })();

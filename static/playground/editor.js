@@ -54,19 +54,28 @@
     setSource(ui.sources[kind] ?? SAMPLES[kind] ?? "");
   }
 
+  // A mark is kept as its line and column and placed on the document as it is when shown: a
+  // position computed on an older document may lie past the end of this one.
   function diagnostic(line, column, severity, message, sourceName) {
-    const doc = ui.editor.state.doc;
+    return { line, column, severity, message, source: sourceName };
+  }
+
+  function placed(mark, doc) {
     let from = 0, to = 0;
-    if (line >= 1 && line <= doc.lines) {
-      const info = doc.line(line);
-      from = column ? Math.min(info.from + Math.max(column - 1, 0), info.to) : info.from;
-      to = column ? Math.min(from + 1, doc.length) : info.to;
+    if (mark.line >= 1 && mark.line <= doc.lines) {
+      const info = doc.line(mark.line);
+      from = mark.column ? Math.min(info.from + Math.max(mark.column - 1, 0), info.to) : info.from;
+      to = mark.column ? Math.min(from + 1, doc.length) : info.to;
+    } else if (mark.line >= 1) {
+      return null;  // a line this document no longer has
     }
-    return { from, to: Math.max(to, from), severity, message, source: sourceName };
+    return { from, to: Math.max(to, from), severity: mark.severity, message: mark.message, source: mark.source };
   }
 
   function applyDiagnostics() {
-    const all = [...ui.compileDiagnostics, ...ui.doctorDiagnostics, ...(ui.replayDiagnostics || [])];
+    const doc = ui.editor.state.doc;
+    const all = [...ui.compileDiagnostics, ...ui.doctorDiagnostics, ...(ui.replayDiagnostics || [])]
+      .map((m) => placed(m, doc)).filter(Boolean);
     ui.editor.dispatch(CM.setDiagnostics(ui.editor.state, all));
   }
 
@@ -103,6 +112,18 @@
     $("#doctor-flag").textContent = "";
   }
 
+  const DOCTOR_WAITING = '<div id="doctor-result" class="doctor"><p class="muted">The setup changed: the Doctor examines it once it compiles.</p></div>';
+
+  // The marks and badges of the previous setup: its Doctor findings (tab, badge, editor marks)
+  // and its replay's mark go as soon as the setup changes, not when the next answer comes.
+  function clearSetupMarks() {
+    clearDoctor();
+    ui.replayDiagnostics = [];
+    const doctor = $("#doctor-result");
+    if (doctor && doctor.dataset.marks !== undefined) doctor.outerHTML = DOCTOR_WAITING;
+    if (ui.editor) applyDiagnostics();
+  }
+
   // A replay's cause, when it names a schema line: marked in the editor and scrolled to.
   function markReplayLine(line, message) {
     ui.replayDiagnostics = line ? [diagnostic(line, 0, "warning", message, "Replay")] : [];
@@ -120,5 +141,5 @@
   }
 
   Object.assign(MS, { setupEditor, source, setSource, setKind, markCompileError, markDoctor,
-                      markReplayLine, setCompileView });
+                      markReplayLine, setCompileView, clearSetupMarks });
 })();

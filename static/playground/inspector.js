@@ -1,4 +1,6 @@
-// The step inspector: which step is selected, the bitmask picture, and the token search.
+// The step inspector: which step is selected, the bitmask picture, and the token search; any
+// allowed token (the allowed list, the top tokens, the search, a cell of the picture) can be
+// forced at the step shown.
 // The picture is drawn whenever a new inspector is in the page, whatever put it there (a step, a
 // force, back, a click, a run, a replayed token): `drawInspectorIfNew` runs after every swap.
 (() => {
@@ -16,16 +18,27 @@
     inspect(index);
   }
 
-  // One inspector request at a time; the newest wanted index wins.
+  // Whether the inspector shows step `index` of the page's session already.
+  function shows(index) {
+    const inspector = $("#inspector");
+    return Boolean(inspector && !inspector.dataset.replay && inspector.dataset.session === ui.sessionId
+                   && inspector.dataset.index === String(index));
+  }
+
+  // One inspector request at a time; the newest wanted index wins, and a step shown or in
+  // flight is not fetched again (during a run: one fetch per step at most).
   function inspect(index) {
     ui.inspectorWanted = index;
     if (ui.inspectorBusy) return;
+    if (shows(index)) { ui.inspectorWanted = null; return; }
     ui.inspectorBusy = true;
-    htmx.ajax("GET", `/ui/sessions/${ui.sessionId}/steps/${index}`, { target: "#inspector", swap: "outerHTML" })
+    ui.requestedIndex = index;
+    MS.request("inspector", "GET", `/ui/sessions/${ui.sessionId}/steps/${index}`, { target: "#inspector", swap: "outerHTML" })
       .finally(() => {
         ui.inspectorBusy = false;
-        if (ui.inspectorWanted !== null && ui.inspectorWanted !== index) inspect(ui.inspectorWanted);
-        else ui.inspectorWanted = null;
+        const wanted = ui.inspectorWanted;
+        ui.inspectorWanted = null;
+        if (wanted !== null && wanted !== index) inspect(wanted);
       });
   }
 
@@ -35,10 +48,9 @@
     ui.drawnInspector = null;
   }
 
+  // The selection is the page's (a click, ←/→, the last step after an action or during a run),
+  // never read back from an inspector that may be an older one.
   function markSelected() {
-    const inspector = $("#inspector");
-    const fromSession = inspector && inspector.dataset.index !== undefined && !inspector.dataset.replay;
-    if (fromSession) ui.selected = Number(inspector.dataset.index);
     $$("#tokens .chip.selected").forEach((c) => c.classList.remove("selected"));
     const chip = ui.selected !== null ? $(`#tok-${ui.selected}`) : null;
     if (chip) chip.classList.add("selected");
@@ -97,6 +109,10 @@
     mark(Number(inspector.dataset.token), COLORS.chosen);
     ctx.putImageData(image, 0, 0);
     canvas.onmousemove = (event) => hoverCell(event, canvas, words, vocabSize, cols, rows);
+    canvas.onclick = (event) => {
+      const id = cellAt(event, canvas, vocabSize, cols, rows);
+      if (id !== null && forceable(inspector)) forceHere(inspector, id, isAllowed(words, id));
+    };
     const search = $("#token-search", inspector);
     if (search) {
       search.oninput = () => searchTokens(search.value, words, vocabSize);
@@ -104,14 +120,30 @@
     }
   }
 
-  async function hoverCell(event, canvas, words, vocabSize, cols, rows) {
+  function cellAt(event, canvas, vocabSize, cols, rows) {
     const rect = canvas.getBoundingClientRect();
     const col = Math.floor(((event.clientX - rect.left) / rect.width) * cols);
     const row = Math.floor(((event.clientY - rect.top) / rect.height) * rows);
     const id = row * cols + col;
-    if (id < 0 || id >= vocabSize) return;
+    return id >= 0 && id < vocabSize && col >= 0 && col < cols ? id : null;
+  }
+
+  async function hoverCell(event, canvas, words, vocabSize, cols, rows) {
+    const id = cellAt(event, canvas, vocabSize, cols, rows);
+    if (id === null) return;
     const vocab = await loadVocab();
-    $("#mask-hover").textContent = `id ${id} ${JSON.stringify(vocab[id] ?? "")} · ${isAllowed(words, id) ? "allowed" : "blocked"}`;
+    const allowed = isAllowed(words, id);
+    const hint = allowed && forceable($("#inspector")) ? " · click to force it here" : "";
+    $("#mask-hover").textContent = `id ${id} ${JSON.stringify(vocab[id] ?? "")} · ${allowed ? "allowed" : "blocked"}${hint}`;
+  }
+
+  // Forcing needs a step of the page's session (a replayed token has no session to change).
+  const forceable = (inspector) => Boolean(inspector && !inspector.dataset.replay && inspector.dataset.session
+                                           && inspector.dataset.session === ui.sessionId && !ui.running);
+
+  function forceHere(inspector, tokenId, allowed) {
+    const at = Number(inspector.dataset.index);
+    MS.enqueue(() => MS.force(tokenId, at, allowed));
   }
 
   async function nameProbeTokens() {
@@ -136,11 +168,21 @@
       list.innerHTML = '<li class="muted">no token has this text</li>';
       return;
     }
+    const inspector = $("#inspector");
     for (const id of [...exact, ...prefix]) {
       const li = document.createElement("li");
       const ok = isAllowed(words, id);
       li.className = ok ? "allowed" : "blocked";
       li.textContent = `${ok ? "✓ allowed" : "✗ blocked"}  ${visible(vocab[id])}  (id ${id})${exact.includes(id) ? "" : " · starts with it"}`;
+      if (ok && forceable(inspector)) {
+        const button = document.createElement("button");
+        button.type = "button";
+        button.className = "force";
+        button.textContent = "force";
+        button.title = `force this token at step ${inspector.dataset.index}`;
+        Object.assign(button.dataset, { tokenId: String(id), at: inspector.dataset.index, allowed: "true" });
+        li.prepend(button, " ");  // first: the text may run past the list's right edge
+      }
       list.appendChild(li);
     }
   }

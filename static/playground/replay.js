@@ -18,7 +18,9 @@
     const chip = chips[Math.max(0, Math.min(index, chips.length - 1))];
     chips.forEach((c) => c.classList.toggle("selected", c === chip));
     chip.scrollIntoView({ block: "nearest" });
-    return htmx.ajax("POST", `/ui/replay/${chip.dataset.index}`, { source: "#btn-replay", target: "#inspector", swap: "outerHTML" });
+    // The text of the replay shown, not what the box holds now (it may have been edited since).
+    const values = { text: ui.replayText ?? $("#replay-text").value };
+    return MS.request("replay-inspector", "POST", `/ui/replay/${chip.dataset.index}`, { target: "#inspector", swap: "outerHTML", values, form: true });
   }
 
   function moveReplay(delta) {
@@ -30,10 +32,13 @@
     return selectReplayToken(next);
   }
 
-  // After a replay: the refused character scrolled into view, the schema line at fault marked.
+  // After a replay: the refused character scrolled into view, the schema line at fault marked,
+  // and an inspector showing a token of the previous replay cleared (issue 26, problem 3).
   function onReplayResult() {
     const result = $("#replay-result");
     if (!result) return;
+    const inspector = $("#inspector");
+    if (inspector && inspector.dataset.replay) MS.resetInspector();
     const mark = $("mark", result);
     if (mark) mark.scrollIntoView({ block: "nearest", inline: "center" });
     const line = Number(result.dataset.schemaLine || 0);
@@ -60,5 +65,15 @@
     }));
   }
 
-  Object.assign(MS, { replayMode, selectReplayToken, moveReplay, onReplayResult, bindReplay, openReplay });
+  // A change of setup: the replay shown judged the old grammar.
+  function dropReplay() {
+    const result = $("#replay-result");
+    if (result && result.children.length) {
+      result.outerHTML = '<div id="replay-result"><p class="muted">The setup changed: press Replay to check the text against it.</p></div>';
+    }
+    const inspector = $("#inspector");
+    if (inspector && inspector.dataset.replay) MS.resetInspector();
+  }
+
+  Object.assign(MS, { replayMode, selectReplayToken, moveReplay, onReplayResult, bindReplay, openReplay, dropReplay });
 })();

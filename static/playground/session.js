@@ -1,5 +1,7 @@
-// The session: opening one from the form, step, back, run/pause, force, reset, share; the status
-// counter during a run; restoring the tokens a force discarded; copying the output.
+// The session: opening one from the form, step, undo, run/pause, force, reset, share; the status
+// counter during a run; the controls that can act; restoring the tokens a force discarded;
+// copying the output. Every request goes through MS.request (core.js): it names the session and
+// the setup, and an answer for an older one is dropped.
 (() => {
   "use strict";
   const { $, $$, ui, toast } = MS;
@@ -12,7 +14,8 @@
     ui.dirty = false;
     ui.selected = null;
     ui.follow = true;
-    ui.discarded = null;
+    ui.requestedIndex = null;
+    clearDiscarded();
     $("#session-area").classList.remove("stale");
     const link = $("#download-trace");
     link.href = `/api/sessions/${ui.sessionId}/trace`;
@@ -27,7 +30,11 @@
       toast("Pick an example or write a schema: the source is empty.");
       return null;
     }
-    await htmx.ajax("POST", "/ui/sessions", { source: "#config", target: "#session-area", swap: "innerHTML" });
+    const before = $("#session");
+    await MS.request("session", "POST", "/ui/sessions", { target: "#session-area", form: true });
+    const opened = $("#session");
+    // Refused (a 4xx, in the toast) or dropped (the setup changed meanwhile): no session to use.
+    if (!opened || opened === before) return null;
     MS.resetInspector();
     return adoptSession();
   }
@@ -35,7 +42,7 @@
   // A permalink opens on its own model, or on `model` (the picker's) when asked.
   async function openPermalink(id, model = null) {
     const values = model ? { model } : {};
-    await htmx.ajax("POST", `/ui/permalinks/${encodeURIComponent(id)}/open`, { target: "#session-area", swap: "innerHTML", values });
+    await MS.request("session", "POST", `/ui/permalinks/${encodeURIComponent(id)}/open`, { target: "#session-area", values });
     adoptSession();
     MS.refresh();
   }
@@ -46,7 +53,7 @@
       return;
     }
     const tests = window.maskscopeTests ? window.maskscopeTests.json() : "[]";  // static/tests.js
-    await htmx.ajax("POST", `/ui/sessions/${ui.sessionId}/share`, { target: "#share-result", swap: "innerHTML", values: { tests } });
+    await MS.request("share", "POST", `/ui/sessions/${ui.sessionId}/share`, { target: "#share-result", values: { tests } });
     const link = $("#share-result .share-link");
     if (!link) return;
     link.querySelector("input").select();
@@ -62,14 +69,40 @@
     const id = await ensureSession();
     if (!id || sessionDone()) return;
     ui.follow = true;
-    await htmx.ajax("POST", `/ui/sessions/${id}/step`, { target: "#tokens", swap: "beforeend", values: { n } });
+    clearDiscarded();
+    await MS.request("action", "POST", `/ui/sessions/${id}/step`, { target: "#tokens", swap: "beforeend", values: { n } });
+    followLast();
   }
 
+  // An action's answer (step, undo, force) shows the last step in the inspector (out of band):
+  // the selection follows it.
+  function followLast() {
+    if (ui.running) return;
+    const n = chipCount();
+    ui.selected = n ? n - 1 : null;
+    ui.follow = true;
+    MS.markSelected();
+  }
+
+  // Undo the last step (Backspace, the Undo button), whichever step is selected; right after a
+  // force at an earlier step, it brings back the tokens that force discarded.
   async function back() {
-    if (ui.running || !ui.sessionId || ui.dirty) return;
+    if (ui.running || !ui.sessionId || ui.dirty || !chipCount()) return;
     if (ui.discarded && chipCount() === ui.discarded.at + 1) return restoreDiscarded();
-    ui.discarded = null;
-    await htmx.ajax("POST", `/ui/sessions/${ui.sessionId}/back`, { target: "#tokens", swap: "beforeend" });
+    clearDiscarded();
+    ui.follow = true;
+    await MS.request("action", "POST", `/ui/sessions/${ui.sessionId}/back`, { target: "#tokens", swap: "beforeend" });
+    followLast();
+  }
+
+  // ← and → move the selection through the steps; → past the last step takes a new one.
+  async function move(delta) {
+    const n = chipCount();
+    const last = n - 1;
+    const current = ui.selected === null ? last : ui.selected;
+    if (delta > 0 && (n === 0 || current >= last)) return step();
+    const next = Math.max(0, Math.min(last, current + delta));
+    if (n && next !== ui.selected) MS.select(next);
   }
 
   async function runOrPause() {
@@ -80,9 +113,10 @@
     const id = await ensureSession();
     if (!id || sessionDone()) return;
     ui.follow = true;
-    ui.discarded = null;
+    clearDiscarded();
     setRunning(true);
-    await htmx.ajax("POST", `/ui/sessions/${id}/run`, { target: "#runner", swap: "outerHTML" });
+    await MS.request("action", "POST", `/ui/sessions/${id}/run`, { target: "#runner", swap: "outerHTML" });
+    if (!$("#runner[data-running]")) setRunning(false);  // refused: the toast says why
   }
 
   // A change of setup mid-run: the stream is closed at once (removing its element closes the
@@ -99,6 +133,7 @@
     setRunning(false);
     const runner = $("#runner");
     if (runner) runner.outerHTML = '<div id="runner"></div>';
+    clearDiscarded();
     const n = chipCount();
     if (n && !$("#session-area").classList.contains("stale")) MS.select(n - 1);
     MS.refresh();
@@ -116,49 +151,62 @@
       if (!ok) return;
     }
     const discarded = later.map((c) => ({ token: Number(c.dataset.tokenId), forced: c.classList.contains("forced") }));
-    await htmx.ajax("POST", `/ui/sessions/${ui.sessionId}/force`, { target: "#tokens", swap: "beforeend", values: { token_id: tokenId, at } });
-    if (chipCount() === at + 1 && $(`#tok-${at}`).dataset.tokenId === String(tokenId) && discarded.length) {
-      ui.discarded = { at, steps: discarded };
+    const session = ui.sessionId;
+    await MS.request("action", "POST", `/ui/sessions/${session}/force`, { target: "#tokens", swap: "beforeend", values: { token_id: tokenId, at } });
+    followLast();
+    const chip = $(`#tok-${at}`);
+    if (session === ui.sessionId && chipCount() === at + 1 && chip && chip.dataset.tokenId === String(tokenId) && discarded.length) {
+      ui.discarded = { at, session, steps: discarded };
       showDiscarded();
     }
+  }
+
+  // The note belongs to the session and the setup it was made in: a run, a step forward, a
+  // reset, a new session or setup takes it away.
+  function clearDiscarded() {
+    ui.discarded = null;
+    showDiscarded();
   }
 
   function showDiscarded() {
     const note = $("#discarded-note");
     if (!note) return;
     note.hidden = !ui.discarded;
-    if (ui.discarded) note.textContent = `Forced at #${ui.discarded.at}: ${ui.discarded.steps.length} tokens from there on were discarded. ← Back restores them.`;
+    if (ui.discarded) note.textContent = `Forced at #${ui.discarded.at}: ${ui.discarded.steps.length} tokens from there on were discarded. Undo (Backspace) restores them.`;
   }
 
   async function restoreDiscarded() {
     const { at, steps } = ui.discarded;
-    ui.discarded = null;
-    showDiscarded();
-    await htmx.ajax("POST", `/ui/sessions/${ui.sessionId}/back`, { target: "#tokens", swap: "beforeend" });
+    clearDiscarded();
+    await MS.request("action", "POST", `/ui/sessions/${ui.sessionId}/back`, { target: "#tokens", swap: "beforeend" });
     let i = 0;
     while (i < steps.length) {
       if (steps[i].forced) {
-        await htmx.ajax("POST", `/ui/sessions/${ui.sessionId}/force`, { target: "#tokens", swap: "beforeend", values: { token_id: steps[i].token, at: at + i } });
+        await MS.request("action", "POST", `/ui/sessions/${ui.sessionId}/force`, { target: "#tokens", swap: "beforeend", values: { token_id: steps[i].token, at: at + i } });
         i++;
         continue;
       }
       let n = 0;
       while (i + n < steps.length && !steps[i + n].forced) n++;
-      await htmx.ajax("POST", `/ui/sessions/${ui.sessionId}/step`, { target: "#tokens", swap: "beforeend", values: { n } });
+      await MS.request("action", "POST", `/ui/sessions/${ui.sessionId}/step`, { target: "#tokens", swap: "beforeend", values: { n } });
       i += n;
     }
+    followLast();
   }
 
   function reset() {
     if (ui.running) stopRun();
     ui.sessionId = null;
     ui.dirty = true;
-    ui.discarded = null;
+    ui.selected = null;
+    ui.requestedIndex = null;
+    clearDiscarded();
     $("#session-area").classList.remove("stale");
     $("#session-area").innerHTML = EMPTY_HINT;
     $("#prompt-rendered").innerHTML = "";
     MS.resetInspector();
     MS.drawTimeline();
+    updateControls();
   }
 
   function setRunning(running) {
@@ -166,9 +214,18 @@
     const button = $("#btn-run");
     button.textContent = running ? "❚❚ Pause" : "▶ Run";
     button.title = running ? "pause after the step in flight (space)" : "run until done, streaming (space)";
-    $("#btn-step").disabled = running;
-    $("#btn-back").disabled = running;
     document.body.classList.toggle("running", running);
+    updateControls();
+  }
+
+  // A control that cannot act is disabled: Step and Run at the end of a run (until the setup
+  // changes: then they start a new session), Undo with no step to undo, both during a run.
+  function updateControls() {
+    const fresh = Boolean(ui.sessionId) && !ui.dirty;
+    const done = fresh && sessionDone();
+    $("#btn-step").disabled = ui.running || done;
+    $("#btn-run").disabled = !ui.running && done;
+    $("#btn-back").disabled = ui.running || !fresh || chipCount() === 0;
   }
 
   // The counter follows the chips as they stream; the server's status replaces it at the end.
@@ -203,11 +260,13 @@
     // Expired or evicted: the toast says why; the next Step or Run starts a new session.
     ui.sessionId = null;
     ui.dirty = true;
+    clearDiscarded();
     setRunning(false);
     const status = $("#status");
     if (status) status.insertAdjacentHTML("beforeend", '<span class="badge bad">session ended: the next step starts a new one</span>');
   }
 
-  Object.assign(MS, { ensureSession, openPermalink, share, step, back, runOrPause, stopRun, runEnded,
-                      force, reset, setRunning, updateCounter, copyOutput, onSessionEnded, showDiscarded });
+  Object.assign(MS, { ensureSession, openPermalink, share, step, back, move, runOrPause, stopRun, runEnded,
+                      force, reset, setRunning, updateCounter, updateControls, copyOutput,
+                      onSessionEnded, showDiscarded, clearDiscarded });
 })();

@@ -70,7 +70,7 @@ def test_1_the_mask_panel_draws_after_a_step_and_after_a_force(
     page.locator("#inspector .topk tr.allowed:not(.chosen-row) button.force").first.click()
     expect(page.locator(f"#tok-{at}.forced")).to_have_count(1)
     _mask_drawn(page)
-    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("Backspace")
     expect(page.locator("#tokens .chip")).to_have_count(at)
     expect(page.locator("#inspector")).to_have_attribute("data-index", str(at - 1))
     _mask_drawn(page)
@@ -203,8 +203,8 @@ def test_4_a_force_asks_first_and_back_restores_what_it_discarded(
     alternatives.first.click()
     expect(page.locator("#tokens .chip")).to_have_count(at + 1)
     assert dialogs and f"discards the {15 - at} tokens after it" in dialogs[0]
-    expect(page.locator("#discarded-note")).to_contain_text("← Back restores them")
-    page.keyboard.press("ArrowLeft")
+    expect(page.locator("#discarded-note")).to_contain_text("Undo (Backspace) restores them")
+    page.keyboard.press("Backspace")
     expect(page.locator("#tokens .chip")).to_have_count(16)
     assert page.locator("#tokens").inner_text() == before
     expect(page.locator("#tokens .chip.forced")).to_have_count(0)

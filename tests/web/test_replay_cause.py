@@ -24,6 +24,8 @@ SCHEMA: dict[str, Any] = {
     "properties": {
         "factors": {"type": "array", "items": {"$ref": "#/$defs/Factor"}, "maxItems": 2},
         "odd key": {"anyOf": [{"type": "null"}, {"type": "string", "maxLength": 3}]},
+        "tags": {"type": "array", "items": {"enum": ["red", "green"]}},
+        "email": {"type": "string", "format": "email"},
     },
 }
 
@@ -58,6 +60,11 @@ def test_schema_at_follows_refs_items_and_unions() -> None:
          "limited to maxLength 5 characters (it has 5 at the refusal)"),
         ('{"factors": [{}, {}, {}]}', 19, "$.factors[1]", {}, "$.factors holds at most maxItems 2"),
         ('{"factors": [{"why": "ab"', 24, "$.factors[0].why", {}, None),
+        # issue 26, problem 11: the index of the item refused, and a format's cause
+        ('{"tags": ["red", "blue', 17, "$.tags[1]", {}, '$.tags[1] must be one of "red" | "green"'),
+        ('{"email": "not-an-email"}', 23, "$.email", {},
+         '$.email must be an email address (format "email"): after "not-an-email" the grammar'
+         " refuses the end of the string"),
     ],
 )  # fmt: skip
 def test_a_refusal_is_explained_or_left_alone(
