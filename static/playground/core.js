@@ -41,8 +41,15 @@ window.MS = (() => {
   const meta = (name) => (document.querySelector(`meta[name="${name}"]`) || { content: "" }).content;
   const csrfHeaders = () => ({ "X-CSRF-Token": meta("csrf-token") });
 
+  // The path the server is served under behind a proxy ("" at /, else "/maskscope": see
+  // app/web/rootpath.py). url() puts it before an app path, for fetch() and links; every htmx
+  // request path starting with "/" gets it here, once, so hx-post="/ui/..." stays as written.
+  const rootPath = meta("root-path");
+  const url = (path) => (rootPath && path.startsWith("/") && !path.startsWith(`${rootPath}/`) ? rootPath + path : path);
+  document.addEventListener("htmx:configRequest", (event) => { event.detail.path = url(event.detail.path); });
+
   const isAllowed = (words, id) => ((words[id >>> 5] >>> (id & 31)) & 1) === 1;
   const visible = (text) => (text === "" ? "∅" : text.replace(/ /g, "·").replace(/\n/g, "↵").replace(/\t/g, "⇥"));
 
-  return { $, $$, ui, toast, enqueue, isAllowed, visible, meta, csrfHeaders };
+  return { $, $$, ui, toast, enqueue, isAllowed, visible, meta, csrfHeaders, url };
 })();

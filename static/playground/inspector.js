@@ -49,7 +49,7 @@
     const inspector = $("#inspector");
     const model = (inspector && inspector.dataset.model) || "local";
     if (!ui.vocabs[model]) {
-      ui.vocabs[model] = fetch(`/api/vocab?model=${encodeURIComponent(model)}`)
+      ui.vocabs[model] = fetch(MS.url(`/api/vocab?model=${encodeURIComponent(model)}`))
         .then((r) => (r.ok ? r.json() : Promise.reject(new Error(`no vocabulary for ${model}`))))
         .then((v) => v.tokens)
         .catch((error) => { delete ui.vocabs[model]; throw error; });

@@ -15,7 +15,7 @@
     ui.discarded = null;
     $("#session-area").classList.remove("stale");
     const link = $("#download-trace");
-    link.href = `/api/sessions/${ui.sessionId}/trace`;
+    link.href = MS.url(`/api/sessions/${ui.sessionId}/trace`);
     link.classList.remove("disabled");
     $("#share-result").innerHTML = "";
     return ui.sessionId;
@@ -74,7 +74,7 @@
 
   async function runOrPause() {
     if (ui.running) {
-      await fetch(`/ui/sessions/${ui.sessionId}/pause`, { method: "POST", headers: MS.csrfHeaders() });
+      await fetch(MS.url(`/ui/sessions/${ui.sessionId}/pause`), { method: "POST", headers: MS.csrfHeaders() });
       return;
     }
     const id = await ensureSession();
@@ -92,7 +92,7 @@
     setRunning(false);
     const runner = $("#runner");
     if (runner) runner.outerHTML = '<div id="runner"></div>';
-    if (id) fetch(`/ui/sessions/${id}/pause`, { method: "POST", headers: MS.csrfHeaders() }).catch(() => {});
+    if (id) fetch(MS.url(`/ui/sessions/${id}/pause`), { method: "POST", headers: MS.csrfHeaders() }).catch(() => {});
   }
 
   function runEnded() {
@@ -182,7 +182,7 @@
   // The output exactly as the server holds it (special tokens add nothing), not the chips' text.
   async function copyOutput(button) {
     if (!ui.sessionId) return;
-    const response = await fetch(`/api/sessions/${ui.sessionId}`);
+    const response = await fetch(MS.url(`/api/sessions/${ui.sessionId}`));
     if (!response.ok) return;
     const { text } = await response.json();
     try { await navigator.clipboard.writeText(text); }
