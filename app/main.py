@@ -65,6 +65,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         probing = asyncio.create_task(asyncio.to_thread(lambda: state.sandbox.level))
         sweeper = asyncio.create_task(sweep())
         yield
+        # Begun already by a SIGTERM to `python -m app serve`; not by other servers' stops.
+        state.shutdown.begin()
         sweeper.cancel()
         await probing
         if loading is not None:

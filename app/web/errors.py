@@ -34,6 +34,7 @@ STATUS: dict[type[exc.MaskscopeError], int] = {
     exc.SessionGone: 410,
     exc.CapacityExceeded: 429,
     exc.NotReady: 503,
+    exc.ShuttingDown: 503,
     exc.ModelLoadError: 503,
     exc.RemoteEngineError: 502,
     exc.EngineUnreachable: 502,

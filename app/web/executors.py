@@ -25,7 +25,7 @@ from typing import ParamSpec, TypeVar, cast
 import anyio
 
 from app.doctor.doctor import RUNNING_AT_ONCE
-from app.exceptions import CapacityExceeded
+from app.exceptions import CapacityExceeded, MaskscopeError, ShuttingDown
 from app.settings import Settings
 from app.web.clients import current_client
 
@@ -93,7 +93,7 @@ class WorkPool:
     def _admit(self, job: _Job) -> None:
         with self._lock:
             if self._closed:
-                raise RuntimeError(f"the {self.name} pool is shut down")
+                raise ShuttingDown(f"the server is shutting down: it takes no new {self.name}")
             running = sum(self._running.values())
             waiting = sum(map(len, self._waiting.values()))
             if self.queue is not None and running + waiting >= self.threads + self.queue:
@@ -183,16 +183,39 @@ class WorkPool:
                 if not waiting.cancelled():
                     waiting.exception()  # retrieved: the caller is gone, nobody else will
                 raise
+            except MaskscopeError as error:
+                if self._closed and not isinstance(error, ShuttingDown):
+                    # Its worker process was killed by the stop (a compile "too complex").
+                    raise ShuttingDown(
+                        f"the server is shutting down: this {self.name} was cancelled"
+                    ) from error
+                raise
         return cast(T, result)
 
+    @property
+    def waiting(self) -> int:
+        """Jobs waiting for a thread (the queue's depth)."""
+        with self._lock:
+            return sum(map(len, self._waiting.values()))
+
+    @property
+    def running(self) -> int:
+        """Jobs running on a thread."""
+        with self._lock:
+            return sum(self._running.values())
+
     def shutdown(self) -> None:
-        """Drop the jobs still waiting; running ones finish on their own."""
+        """Refuse new jobs and fail the waiting ones (:class:`~app.exceptions.ShuttingDown`);
+        running ones finish on their own (or fail, their worker process killed)."""
         with self._lock:
             self._closed = True
             dropped = [job for queued in self._waiting.values() for job in queued]
             self._waiting.clear()
         for job in dropped:
-            job.future.cancel()
+            if job.future.set_running_or_notify_cancel():
+                job.future.set_exception(
+                    ShuttingDown(f"the server stopped before this {self.name} ran")
+                )
         self._pool.shutdown(wait=False)
 
 

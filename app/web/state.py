@@ -19,6 +19,7 @@ from app.store.permalinks import PermalinkStore
 from app.web import render
 from app.web.executors import Pools
 from app.web.services.sessions import SessionStore
+from app.web.stopping import Shutdown, kill_workers
 
 __all__ = ["AppState", "STATIC_DIR", "TEMPLATES_DIR", "release_memory"]
 
@@ -62,6 +63,13 @@ class AppState:
         self.store = PermalinkStore(settings.db_path, max_bytes=settings.snapshot_max_bytes)
         self.templates = Jinja2Templates(directory=TEMPLATES_DIR)
         render.install(self.templates.env)
+        # SIGTERM (app/cli/serve.py): streams end after their step in flight, no new work is
+        # taken, and the worker processes die, so the calls waiting for them end at once. The
+        # Doctor's own cancellation is one more hook when it has one.
+        self.shutdown = Shutdown()
+        self.shutdown.add_hook("pools", self.pools.shutdown)
+        self.shutdown.add_hook("compile workers", self._close_compiler)
+        self.shutdown.add_hook("sandbox processes", kill_workers)
 
     def render(self, name: str, context: dict[str, Any]) -> str:
         """A template rendered to a string (fragments, stream events)."""
@@ -151,6 +159,11 @@ class AppState:
                 }
             )
         return listed
+
+    def _close_compiler(self) -> None:
+        """Kill the local engine's compile workers, when this app owns the engine."""
+        if self.owns_engine and self.engine is not None:
+            self.engine.compiler.close()
 
     def close(self) -> None:
         """Stop what this app started."""

@@ -208,6 +208,19 @@
     if (status) status.insertAdjacentHTML("beforeend", '<span class="badge bad">session ended: the next step starts a new one</span>');
   }
 
+  // The server is stopping (SIGTERM): its stream ends with `shutdown` instead of `end`. Close it
+  // (no reconnecting to a server going away) and say so in the status line.
+  function onServerShutdown(source) {
+    source.close();
+    runEnded();
+    const status = $("#status");
+    if (status) status.insertAdjacentHTML("beforeend", '<span class="badge bad restarting">the server is restarting</span>');
+  }
+  document.addEventListener("htmx:sseOpen", (event) => {
+    const source = event.detail.source;
+    source.addEventListener("shutdown", () => onServerShutdown(source));
+  });
+
   Object.assign(MS, { ensureSession, openPermalink, share, step, back, runOrPause, stopRun, runEnded,
                       force, reset, setRunning, updateCounter, copyOutput, onSessionEnded, showDiscarded });
 })();
