@@ -18,7 +18,17 @@ from app.web.limits import BodyLimit
 from app.web.requestlog import RequestLog
 from app.web.rootpath import RootPath
 from app.web.routes import compile as compile_routes
-from app.web.routes import doctor, examples, health, models, permalinks, replay, sessions, tests
+from app.web.routes import (
+    doctor,
+    examples,
+    health,
+    metrics,
+    models,
+    permalinks,
+    replay,
+    sessions,
+    tests,
+)
 from app.web.routes import export as export_routes
 from app.web.security import (
     CsrfSigner,
@@ -97,6 +107,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.add_middleware(RequestLog)
     for router in (
         health.router,
+        metrics.router,
         models.router,
         compile_routes.router,
         sessions.router,

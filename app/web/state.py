@@ -18,6 +18,7 @@ from app.settings import LOCAL_MODEL_ID, Settings
 from app.store.permalinks import PermalinkStore
 from app.web import render
 from app.web.executors import Pools
+from app.web.metrics import Metrics, Watched
 from app.web.services.sessions import SessionStore
 from app.web.stopping import Shutdown, kill_workers
 
@@ -70,6 +71,15 @@ class AppState:
         self.shutdown.add_hook("pools", self.pools.shutdown)
         self.shutdown.add_hook("compile workers", self._close_compiler)
         self.shutdown.add_hook("sandbox processes", kill_workers)
+        self.metrics = Metrics(
+            Watched(
+                self.pools,
+                self.sessions,
+                self.remotes,
+                ready=lambda: self.ready,
+                stopping=lambda: self.shutdown.started,
+            )
+        )
 
     def render(self, name: str, context: dict[str, Any]) -> str:
         """A template rendered to a string (fragments, stream events)."""
