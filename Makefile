@@ -26,12 +26,12 @@ VLLM_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VLLM_HOST ?= 127.0.0.1
 VLLM_PORT ?= 8100
 
-.PHONY: run test lint bench install browser vendor vllm vllm-install
+.PHONY: run test lint bench install browser proxy vendor vllm vllm-install
 
 run: install
 	$(PY) -m app serve --host $(HOST) --port $(PORT)
 
-test: install browser vllm-install
+test: install browser proxy vllm-install
 	$(PY) -m pytest
 
 lint: install
@@ -51,6 +51,10 @@ bench: install browser
 # The browser tests drive Debian's chromium (Playwright's own browser download is not used).
 browser:
 	@test -x /usr/bin/chromium || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends chromium; }
+
+# The reverse-proxy tests run Debian's nginx as a child process (no system service is started).
+proxy:
+	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends nginx; }
 
 # Refresh static/vendor/ (htmx, its SSE extension, CodeMirror) from the npm registry, pinned in
 # web-vendor/package.json. Not needed to run or test: the files are committed.

@@ -212,7 +212,9 @@
   // (no reconnecting to a server going away) and say so in the status line.
   function onServerShutdown(source) {
     source.close();
-    runEnded();
+    setRunning(false);
+    const runner = $("#runner");
+    if (runner) runner.outerHTML = '<div id="runner"></div>';
     const status = $("#status");
     if (status) status.insertAdjacentHTML("beforeend", '<span class="badge bad restarting">the server is restarting</span>');
   }
