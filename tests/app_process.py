@@ -37,8 +37,8 @@ class AppProcess:
         self.log_path = ARTIFACTS / f"app-{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, *, ready_path: str = "/readyz") -> None:
-        """Start it and wait until ``ready_path`` answers 200 (the model is loaded)."""
+    def start(self) -> None:
+        """Start it and wait until ``/readyz`` answers 200 (the model is loaded)."""
         ARTIFACTS.mkdir(exist_ok=True)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
@@ -49,7 +49,7 @@ class AppProcess:
         while time.monotonic() < deadline:
             assert self.process.poll() is None, f"the server exited:\n{self.log_tail()}"
             try:
-                if httpx.get(self.url + ready_path, timeout=2).status_code == 200:
+                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
