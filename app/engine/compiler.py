@@ -41,6 +41,8 @@ class _Worker:
         self._process.start()
         child.close()
         self._ready = False
+        self._closing = threading.Lock()
+        self._closed = False
 
     def _receive(self, timeout: float) -> dict[str, Any] | None:
         """The next answer, or None after ``timeout``; EOFError as soon as the process dies."""
@@ -79,10 +81,15 @@ class _Worker:
         return self._process.is_alive()
 
     def close(self) -> None:
-        if self._process.is_alive():
-            self._process.kill()
-        self._process.join(timeout=5)
-        self._conn.close()
+        # Twice at once on a shutdown: the compiler's close and the compile that lost it.
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
+            if self._process.is_alive():
+                self._process.kill()
+            self._process.join(timeout=5)
+            self._conn.close()
 
 
 class GrammarCompiler:
