@@ -21,7 +21,9 @@
     ui.inspectorWanted = index;
     if (ui.inspectorBusy) return;
     ui.inspectorBusy = true;
+    // A request that never got an answer (the server went away) rejects with nothing to say.
     htmx.ajax("GET", `/ui/sessions/${ui.sessionId}/steps/${index}`, { target: "#inspector", swap: "outerHTML" })
+      .catch(() => {})
       .finally(() => {
         ui.inspectorBusy = false;
         if (ui.inspectorWanted !== null && ui.inspectorWanted !== index) inspect(ui.inspectorWanted);
