@@ -52,9 +52,10 @@ bench: install browser
 browser:
 	@test -x /usr/bin/chromium || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends chromium; }
 
-# The reverse-proxy tests run Debian's nginx as a child process (no system service is started).
+# The reverse-proxy tests run Debian's nginx and Caddy as child processes (the packages' system
+# services are not used).
 proxy:
-	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends nginx; }
+	@test -x /usr/sbin/nginx -a -x /usr/bin/caddy || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends nginx caddy; }
 
 # Refresh static/vendor/ (htmx, its SSE extension, CodeMirror) from the npm registry, pinned in
 # web-vendor/package.json. Not needed to run or test: the files are committed.

@@ -1,9 +1,10 @@
-"""Behind a real nginx, under ``/maskscope/``: the page, its stream, its links, the replica
-routing of docs/proxy/nginx.conf, and a SIGTERM the page hears of.
+"""Behind a real nginx and a real Caddy, under ``/maskscope/``: the page, its stream, its links,
+the replica routing of docs/proxy/, and a SIGTERM the page hears of.
 
-One ``python -m app serve`` (``MASKSCOPE_ROOT_PATH=/maskscope``, nginx trusted) behind nginx
-running the documented configuration, whose two replicas are the server itself and a relay to
-it (so that "replica b" can be taken away). The SIGTERM test runs last: it stops the server.
+One ``python -m app serve`` (``MASKSCOPE_ROOT_PATH=/maskscope``, the proxies trusted) behind
+nginx and Caddy running the documented configurations, whose two replicas are the server itself
+and a relay to it (so that "replica b" can be taken away). The SIGTERM test runs last: it stops
+the server.
 """
 
 from __future__ import annotations
@@ -17,21 +18,24 @@ import pytest
 from playwright.sync_api import Page, Request, expect
 
 from tests.app_process import AppProcess
+from tests.caddy import Caddy
 from tests.conftest import free_port
 from tests.nginx import Nginx
 from tests.tcp_proxy import TcpProxy
 
-DOCS_CONFIG = Path(__file__).resolve().parent.parent.parent / "docs" / "proxy" / "nginx.conf"
+DOCS = Path(__file__).resolve().parent.parent.parent / "docs" / "proxy"
 PREFIX = "/maskscope"
 
 
 @dataclass
 class Proxied:
-    """The server, the relay that is replica b, and nginx's root URL (without the prefix)."""
+    """The server, the relay that is replica b, and nginx's and Caddy's root URLs (without
+    the prefix)."""
 
     app: AppProcess
     replica_b: TcpProxy
     root: str
+    caddy_root: str
 
     @property
     def base(self) -> str:
@@ -56,16 +60,27 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxied]:
     replica_b = TcpProxy(app.port)
     port = free_port()
     site = (
-        DOCS_CONFIG.read_text()
+        (DOCS / "nginx.conf")
+        .read_text()
         .replace("10.0.0.11:8000", f"127.0.0.1:{app.port}")
         .replace("10.0.0.12:8000", f"127.0.0.1:{replica_b.port}")
         .replace("listen 80;", f"listen 127.0.0.1:{port};")
     )
     nginx = Nginx(directory, site, port)
     nginx.start()
+    caddy_port = free_port()
+    caddy_site = (
+        (DOCS / "Caddyfile").read_text()
+        .replace("10.0.0.11:8000", f"127.0.0.1:{app.port}")
+        .replace("10.0.0.12:8000", f"127.0.0.1:{replica_b.port}")
+        .replace("maskscope.example {", f"http://127.0.0.1:{caddy_port} {{")
+    )  # fmt: skip
+    caddy = Caddy(tmp_path_factory.mktemp("caddy"), caddy_site, caddy_port)
+    caddy.start()
     try:
-        yield Proxied(app, replica_b, f"http://127.0.0.1:{port}")
+        yield Proxied(app, replica_b, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{caddy_port}")
     finally:
+        caddy.stop()
         nginx.stop()
         replica_b.stop()
         app.stop()
@@ -156,6 +171,35 @@ def _permalink_url(proxied: Proxied) -> str:
     assert answer.status_code in (200, 201), answer.text
     url: str = answer.json()["url"]
     return url
+
+
+def test_the_caddyfile_serves_under_the_prefix_streams_and_routes(proxied: Proxied) -> None:
+    base = proxied.caddy_root + PREFIX
+    page = httpx.get(f"{base}/")
+    assert page.status_code == 200 and 'href="/maskscope/static/app.css"' in page.text
+    body = {"grammar": {"kind": "regex", "source": "[a-z ]{1,400}"}, "raw_prompt": "Say: "}
+    session = httpx.post(f"{base}/api/sessions", json={**body, "max_tokens": 300}, timeout=60)
+    assert session.status_code == 200, session.text
+    stream = f"{base}/api/sessions/{session.json()['id']}/events?format=json"
+    events: list[str] = []
+    with httpx.stream("GET", stream, timeout=60) as answer:
+        for line in answer.iter_lines():
+            if line.startswith("event: "):
+                events.append(line.removeprefix("event: "))
+                if events == ["step"]:  # the first step has come through: the run goes on
+                    pause = f"{base}/api/sessions/{session.json()['id']}/pause"
+                    assert httpx.post(pause).status_code == 200
+    assert events[-2:] == ["paused", "end"], events
+    assert events.count("step") < 300
+
+    proxied.replica_b.stop()
+    try:
+        to_b = httpx.get(f"{base}/api/sessions/b.Xk3abc")
+        to_a = httpx.get(f"{base}/api/sessions/a.Xk3abc")
+    finally:
+        proxied.replica_b.start()
+    assert to_b.status_code == 502
+    assert to_a.status_code == 404 and to_a.json()["error"]["code"] == "session_not_found"
 
 
 def test_sigterm_ends_the_page_s_stream_saying_the_server_restarts(
