@@ -58,7 +58,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     host, port = args.host or settings.host, args.port or settings.port
     # The address bound is one of the hosts answered to by default (app/web/security.py).
     settings = settings.model_copy(update={"host": host, "port": port})
-    print(f"Maskscope is starting: open http://{url_host(host)}:{port}/", flush=True)
+    root = settings.root_path  # behind a proxy, it is also what the proxy serves it under
+    print(f"Maskscope is starting: open http://{url_host(host)}:{port}{root}/", flush=True)
     warning = hosts_warning(settings)
     if warning:
         print(warning, file=sys.stderr, flush=True)
