@@ -234,7 +234,7 @@ class WorkPool:
         for job in dropped:
             if job.future.set_running_or_notify_cancel():
                 job.future.set_exception(
-                    ShuttingDown(f"the server stopped before this {self.name} ran")
+                    ShuttingDown(f"the server is shutting down: this {self.name} did not start")
                 )
         self._pool.shutdown(wait=False)
 
