@@ -66,12 +66,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     # Our own access log carries request ids; uvicorn's would repeat every line without them.
     # proxy_headers=False: uvicorn would believe X-Forwarded-For from loopback; the app believes
     # MASKSCOPE_TRUSTED_PROXIES only.
+    from app.web.stopping import kill_workers
+
     app = create_app(settings)
+    stop = app.state.maskscope.shutdown
+    # This process is the server's own: its sandbox children are all this app's.
+    stop.add_hook("sandbox processes", kill_workers)
     config = uvicorn.Config(
         app, host=host, port=port, log_level="info", access_log=False, proxy_headers=False,
         timeout_graceful_shutdown=GRACE_S,
     )  # fmt: skip
-    server = _stopping_server(config, app.state.maskscope.shutdown.begin)
+    server = _stopping_server(config, stop.begin)
     server.run()
     return 0
 

@@ -20,7 +20,7 @@ from app.web import render
 from app.web.executors import Pools
 from app.web.metrics import Metrics, Watched
 from app.web.services.sessions import SessionStore
-from app.web.stopping import Shutdown, kill_workers
+from app.web.stopping import Shutdown
 
 __all__ = ["AppState", "STATIC_DIR", "TEMPLATES_DIR", "release_memory"]
 
@@ -65,12 +65,12 @@ class AppState:
         self.templates = Jinja2Templates(directory=TEMPLATES_DIR)
         render.install(self.templates.env)
         # SIGTERM (app/cli/serve.py): streams end after their step in flight, no new work is
-        # taken, and the worker processes die, so the calls waiting for them end at once. The
-        # Doctor's own cancellation is one more hook when it has one.
+        # taken, and the worker processes die, so the calls waiting for them end at once (the
+        # sandbox's, process-wide, are serve's hook). The Doctor's own cancellation is one more
+        # hook when it has one: self.shutdown.add_hook("doctor", ...).
         self.shutdown = Shutdown()
         self.shutdown.add_hook("pools", self.pools.shutdown)
         self.shutdown.add_hook("compile workers", self._close_compiler)
-        self.shutdown.add_hook("sandbox processes", kill_workers)
         self.metrics = Metrics(
             Watched(
                 self.pools,
