@@ -26,12 +26,12 @@ VLLM_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VLLM_HOST ?= 127.0.0.1
 VLLM_PORT ?= 8100
 
-.PHONY: run test lint bench install browser postgres vendor vllm vllm-install
+.PHONY: run test lint bench install browser postgres proxy vendor vllm vllm-install
 
 run: install
 	$(PY) -m app serve --host $(HOST) --port $(PORT)
 
-test: install browser postgres vllm-install
+test: install browser postgres proxy vllm-install
 	$(PY) -m pytest
 
 lint: install
@@ -56,6 +56,11 @@ browser:
 # on a temporary directory and a free port; only the package is needed. `make run` never needs it.
 postgres:
 	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends postgresql; }
+
+# The reverse-proxy tests run Debian's nginx and Caddy as child processes (the packages' system
+# services are not used).
+proxy:
+	@test -x /usr/sbin/nginx -a -x /usr/bin/caddy || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends nginx caddy; }
 
 # Refresh static/vendor/ (htmx, its SSE extension, CodeMirror) from the npm registry, pinned in
 # web-vendor/package.json. Not needed to run or test: the files are committed.

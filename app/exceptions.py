@@ -121,6 +121,13 @@ class NotReady(MaskscopeError):
     code = "not_ready"
 
 
+class ShuttingDown(MaskscopeError):
+    """The server is stopping (SIGTERM): it takes no new work; retry on another replica or
+    once it is back."""
+
+    code = "shutting_down"
+
+
 class ModelNotConfigured(MaskscopeError):
     """A permalink names a model this server does not have."""
 

@@ -16,8 +16,19 @@ from app.web.clients import ClientIdentity
 from app.web.errors import FORBIDDEN_RESPONSE, install_error_handlers
 from app.web.limits import BodyLimit
 from app.web.requestlog import RequestLog
+from app.web.rootpath import RootPath
 from app.web.routes import compile as compile_routes
-from app.web.routes import doctor, examples, health, models, permalinks, replay, sessions, tests
+from app.web.routes import (
+    doctor,
+    examples,
+    health,
+    metrics,
+    models,
+    permalinks,
+    replay,
+    sessions,
+    tests,
+)
 from app.web.routes import export as export_routes
 from app.web.security import (
     CsrfSigner,
@@ -64,6 +75,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         probing = asyncio.create_task(asyncio.to_thread(lambda: state.sandbox.level))
         sweeper = asyncio.create_task(sweep())
         yield
+        # Begun already by a SIGTERM to `python -m app serve`; not by other servers' stops.
+        state.shutdown.begin()
         sweeper.cancel()
         await probing
         if loading is not None:
@@ -88,10 +101,13 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     signer = CsrfSigner(load_secret(settings))
     app.add_middleware(SecurityGate, hosts=allowed_hosts(settings), signer=signer)
     app.state.csrf_signer = signer
+    # Inside the proxies' middleware: their X-Forwarded-Prefix comes first.
+    app.add_middleware(RootPath, root_path=settings.root_path)
     app.add_middleware(TrustedProxies, proxies=settings.trusted_proxies)
     app.add_middleware(RequestLog)
     for router in (
         health.router,
+        metrics.router,
         models.router,
         compile_routes.router,
         sessions.router,

@@ -25,6 +25,7 @@ __all__ = [
     "EMBEDDED_MODEL",
     "LOCAL_MODEL_ID",
     "REPLICA_ID_PATTERN",
+    "ROOT_PATH",
     "RemoteEngineSpec",
     "Settings",
 ]
@@ -41,6 +42,9 @@ REPLICA_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$"
 LOCAL_MODEL_ID = "local"
 
 _BASE_URL = re.compile(r"https?://[^\s/?#@]+(/[^\s?#]*)?/v1\Z")
+#: A root path (``MASKSCOPE_ROOT_PATH``, ``X-Forwarded-Prefix``): ``/segment`` repeated, no
+#: trailing slash; nothing a template or a header could be broken out of.
+ROOT_PATH = re.compile(r"(/[A-Za-z0-9._~-]+)+")
 # A host name or an IP address, with an optional port (a bare IPv6 address has none).
 _HOST = re.compile(
     r"(\[[0-9A-Fa-f:.]+\](:\d+)?|[0-9A-Fa-f]*:[0-9A-Fa-f:.]+|[A-Za-z0-9_.-]+(:\d+)?)\Z"
@@ -158,6 +162,9 @@ class Settings(BaseSettings):
         replica_id: this replica's name among several serving one team; its session ids start
             with ``{replica_id}.`` so a proxy can route on them, and a session of another
             replica is answered 421 ``wrong_replica``. None: one server alone.
+        root_path: the path the server is served under behind a reverse proxy (``/maskscope``),
+            with or without the proxy stripping it; ``""`` (the default): at ``/``. A trusted
+            proxy's ``X-Forwarded-Prefix`` replaces it for its requests.
     """
 
     model_config = SettingsConfigDict(env_prefix="MASKSCOPE_", extra="ignore")
@@ -196,6 +203,7 @@ class Settings(BaseSettings):
     allowed_hosts: Annotated[list[str] | None, NoDecode] = None
     trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
     secret: SecretStr | None = None
+    root_path: str = ""
     replica_id: str | None = Field(default=None, pattern=REPLICA_ID_PATTERN)
 
     @property
@@ -242,6 +250,17 @@ class Settings(BaseSettings):
                     f"trusted proxies are IP addresses or CIDR networks, got {proxy!r}"
                 ) from None
         return proxies
+
+    @field_validator("root_path")
+    @classmethod
+    def _path_prefix(cls, value: str) -> str:
+        prefix = value.strip().rstrip("/")
+        if prefix and not ROOT_PATH.fullmatch(prefix):
+            raise ValueError(
+                f"the root path is a URL path such as /maskscope (letters, digits, . _ ~ -, "
+                f"segments joined by /), got {value!r}"
+            )
+        return prefix
 
     @field_validator("secret")
     @classmethod

@@ -128,7 +128,8 @@
   // Every request names the session and the setup (csrfHeaders adds them) and carries what it
   // belongs to, read when it is sent (core.js, scopeOf).
   document.addEventListener("htmx:configRequest", (event) => {
-    const { headers, path, elt, parameters } = event.detail;
+    const { headers, elt, parameters } = event.detail;
+    const path = MS.appPath(event.detail.path);
     Object.assign(headers, MS.csrfHeaders());
     if (elt) elt.msScope = MS.scopeOf(path);
     if (path === "/ui/replay") ui.replayText = parameters.get ? parameters.get("text") : parameters.text;

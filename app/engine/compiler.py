@@ -41,6 +41,8 @@ class _Worker:
         self._process.start()
         child.close()
         self._ready = False
+        self._closing = threading.Lock()
+        self._closed = False
 
     def _receive(self, timeout: float) -> dict[str, Any] | None:
         """The next answer, or None after ``timeout``; EOFError as soon as the process dies."""
@@ -79,10 +81,15 @@ class _Worker:
         return self._process.is_alive()
 
     def close(self) -> None:
-        if self._process.is_alive():
-            self._process.kill()
-        self._process.join(timeout=5)
-        self._conn.close()
+        # Twice at once on a shutdown: the compiler's close and the compile that lost it.
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
+            if self._process.is_alive():
+                self._process.kill()
+            self._process.join(timeout=5)
+            self._conn.close()
 
 
 class GrammarCompiler:
@@ -118,8 +125,9 @@ class GrammarCompiler:
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._workers = workers
         self._closed = False
+        self._live: set[_Worker] = set()  # every worker process, idle or busy
         for _ in range(workers):
-            self._idle.put(_Worker(self._tokenizer_json))
+            self._start_worker()
 
     @classmethod
     def from_settings(cls, tokenizer_info: Any, settings: Settings) -> GrammarCompiler:
@@ -209,9 +217,14 @@ class GrammarCompiler:
         return self._send(payload)
 
     def _send(self, payload: dict[str, Any]) -> dict[str, Any]:
-        if self._closed:  # its workers are gone: waiting for one would wait forever
-            raise GrammarError("the grammar compiler has been shut down")
-        worker = self._idle.get()
+        while True:
+            if self._closed:  # its workers are gone: waiting for one would wait forever
+                raise GrammarError("the grammar compiler has been shut down")
+            try:
+                worker = self._idle.get(timeout=_POLL_S)
+                break
+            except queue.Empty:
+                continue
         too_complex = False
         try:
             return worker.request(payload, self._timeout_s)
@@ -221,14 +234,25 @@ class GrammarCompiler:
         finally:
             if too_complex:
                 worker.close()
+                with self._lock:
+                    self._live.discard(worker)
                 # Starting a process takes seconds (the parent waits while the child imports):
                 # the caller gets its answer now, the next compile waits for the new worker.
-                threading.Thread(target=self._replace, name="maskscope-respawn").start()
+                if not self._closed:
+                    threading.Thread(target=self._start_worker, name="maskscope-respawn").start()
             else:
                 self._idle.put(worker)
 
-    def _replace(self) -> None:
-        self._idle.put(_Worker(self._tokenizer_json))
+    def _start_worker(self) -> None:
+        worker = _Worker(self._tokenizer_json)
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._live.add(worker)
+        if closed:
+            worker.close()
+        else:
+            self._idle.put(worker)
 
     def _remember(self, key: str, result: CompileResult) -> None:
         cached = dataclasses.replace(result, cached=True)
@@ -242,12 +266,17 @@ class GrammarCompiler:
                 self._cache_size -= evicted.size_bytes
 
     def close(self) -> None:
-        """Stop the worker processes (a second call does nothing)."""
-        if self._closed:  # the workers are gone: waiting for them would wait forever
-            return
-        self._closed = True
-        for _ in range(self._workers):
-            self._idle.get().close()
+        """Kill the worker processes, idle or busy: a compile in flight fails at once with
+        ``GrammarTooComplex`` and none waits for a worker any more (a second call does
+        nothing)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            workers = list(self._live)
+            self._live.clear()
+        for worker in workers:
+            worker.close()
 
     def __enter__(self) -> GrammarCompiler:
         return self

@@ -43,6 +43,7 @@ STATUS: dict[type[exc.MaskscopeError], int] = {
     exc.WrongReplica: 421,
     exc.CapacityExceeded: 429,
     exc.NotReady: 503,
+    exc.ShuttingDown: 503,
     exc.ModelLoadError: 503,
     exc.StoreUnavailable: 503,
     exc.RemoteEngineError: 502,

@@ -16,6 +16,7 @@ import contextvars
 import functools
 import itertools
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,7 +26,7 @@ from typing import ParamSpec, TypeVar, cast
 import anyio
 
 from app.doctor.doctor import RUNNING_AT_ONCE
-from app.exceptions import CapacityExceeded
+from app.exceptions import CapacityExceeded, MaskscopeError, ShuttingDown
 from app.settings import Settings
 from app.web.clients import current_client
 
@@ -61,6 +62,7 @@ class WorkPool:
         threads: jobs running at once.
         queue: jobs that may wait for a thread; None for no bound (the caller bounds them).
         queue_per_client: jobs one client may have waiting; None for no bound but ``queue``.
+        label: the pool's name in the metrics (``name`` by default).
     """
 
     def __init__(
@@ -70,8 +72,13 @@ class WorkPool:
         threads: int,
         queue: int | None = None,
         queue_per_client: int | None = None,
+        label: str | None = None,
     ) -> None:
         self.name = name
+        self.label = label or name
+        #: Told of every job: ``(seconds it ran, outcome)``, the outcome ``ok``, its error's
+        #: code, or ``refused`` (never ran: seconds None). The app's metrics set it.
+        self.observer: Callable[[float | None, str], None] | None = None
         self.threads = threads
         self.queue = queue
         self.queue_per_client = queue_per_client
@@ -93,7 +100,7 @@ class WorkPool:
     def _admit(self, job: _Job) -> None:
         with self._lock:
             if self._closed:
-                raise RuntimeError(f"the {self.name} pool is shut down")
+                raise ShuttingDown(f"the server is shutting down: it takes no new {self.name}")
             running = sum(self._running.values())
             waiting = sum(map(len, self._waiting.values()))
             if self.queue is not None and running + waiting >= self.threads + self.queue:
@@ -150,12 +157,16 @@ class WorkPool:
         job: _Job | None = first
         while job is not None:
             if job.future.set_running_or_notify_cancel():
+                started = time.perf_counter()
+                outcome = "ok"
                 try:
                     result = job.call()
                 except BaseException as error:  # handed to the caller, like an executor does
+                    outcome = error.code if isinstance(error, MaskscopeError) else "error"
                     job.future.set_exception(error)
                 else:
                     job.future.set_result(result)
+                self._observe(time.perf_counter() - started, outcome)
             job = self._next(job)
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -171,7 +182,11 @@ class WorkPool:
         """
         context = contextvars.copy_context()
         job = _Job(current_client(), functools.partial(context.run, fn, *args, **kwargs))
-        self._admit(job)
+        try:
+            self._admit(job)
+        except MaskscopeError:
+            self._observe(None, "refused")
+            raise
         waiting = asyncio.wrap_future(job.future)
         # Starlette and sse-starlette cancel through anyio, which would cancel every await here
         # again and again: shield from it. A plain asyncio cancel still gets through: wait then.
@@ -183,16 +198,44 @@ class WorkPool:
                 if not waiting.cancelled():
                     waiting.exception()  # retrieved: the caller is gone, nobody else will
                 raise
+            except MaskscopeError as error:
+                if self._closed and not isinstance(error, ShuttingDown):
+                    # Its worker process was killed by the stop (a compile "too complex").
+                    raise ShuttingDown(
+                        f"the server is shutting down: this {self.name} was cancelled"
+                    ) from error
+                raise
         return cast(T, result)
 
+    def _observe(self, seconds: float | None, outcome: str) -> None:
+        observer = self.observer
+        if observer is not None:
+            observer(seconds, outcome)
+
+    @property
+    def waiting(self) -> int:
+        """Jobs waiting for a thread (the queue's depth)."""
+        with self._lock:
+            return sum(map(len, self._waiting.values()))
+
+    @property
+    def running(self) -> int:
+        """Jobs running on a thread."""
+        with self._lock:
+            return sum(self._running.values())
+
     def shutdown(self) -> None:
-        """Drop the jobs still waiting; running ones finish on their own."""
+        """Refuse new jobs and fail the waiting ones (:class:`~app.exceptions.ShuttingDown`);
+        running ones finish on their own (or fail, their worker process killed)."""
         with self._lock:
             self._closed = True
             dropped = [job for queued in self._waiting.values() for job in queued]
             self._waiting.clear()
         for job in dropped:
-            job.future.cancel()
+            if job.future.set_running_or_notify_cancel():
+                job.future.set_exception(
+                    ShuttingDown(f"the server is shutting down: this {self.name} did not start")
+                )
         self._pool.shutdown(wait=False)
 
 
@@ -230,12 +273,16 @@ class Pools:
         return cls(
             steps=WorkPool("step", threads=settings.max_sessions),
             compiles=bounded("compile", threads=settings.compile_workers),
-            sandbox=bounded("sandbox run", threads=settings.sandbox_workers),
+            sandbox=bounded("sandbox run", threads=settings.sandbox_workers, label="sandbox"),
             replays=bounded("replay", threads=settings.compile_workers),
-            doctors=bounded("examination", threads=RUNNING_AT_ONCE),
+            doctors=bounded("examination", threads=RUNNING_AT_ONCE, label="doctor"),
         )
+
+    def all(self) -> tuple[WorkPool, ...]:
+        """Every pool."""
+        return (self.steps, self.compiles, self.sandbox, self.replays, self.doctors)
 
     def shutdown(self) -> None:
         """Shut every pool down."""
-        for pool in (self.steps, self.compiles, self.sandbox, self.replays, self.doctors):
+        for pool in self.all():
             pool.shutdown()

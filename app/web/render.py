@@ -8,6 +8,7 @@ from typing import Literal
 from jinja2 import Environment
 
 from app.engine import MaskingLibrary, Preset, SourceKind, StepRecord
+from app.web.rootpath import url
 
 __all__ = ["ChipKind", "chip_kind", "install"]
 
@@ -52,9 +53,11 @@ def chip_kind(step: StepRecord) -> ChipKind:
 
 
 def install(env: Environment) -> None:
-    """Register the filters, and the names every form lists, on a Jinja environment."""
+    """Register the filters, the names every form lists, and ``root_url(path)`` (a path under
+    the request's root path: :mod:`app.web.rootpath`) on a Jinja environment."""
     env.filters.update(visible=visible, b64=b64, pct=pct, hexbytes=hexbytes, chip_kind=chip_kind)
     env.globals.update(
+        root_url=url,
         source_kinds={kind.value: kind.label for kind in SourceKind},
         preset_labels={preset.value: preset.label for preset in Preset},
         libraries=[library.value for library in MaskingLibrary],

@@ -2,9 +2,10 @@
 
 Two ASGI middlewares:
 
-- :class:`TrustedProxies` believes ``X-Forwarded-For``, ``-Proto`` and ``-Host`` only from the
-  addresses of ``MASKSCOPE_TRUSTED_PROXIES``, so that ``request.client.host`` is the client's
-  address and the Host checked is the one the client asked for.
+- :class:`TrustedProxies` believes ``X-Forwarded-For``, ``-Proto``, ``-Host`` and ``-Prefix``
+  only from the addresses of ``MASKSCOPE_TRUSTED_PROXIES``, so that ``request.client.host`` is
+  the client's address, the Host checked is the one the client asked for, and the URLs written
+  start with the path the proxy serves the app under (:mod:`app.web.rootpath`).
 - :class:`SecurityGate` refuses a Host outside ``MASKSCOPE_ALLOWED_HOSTS`` (DNS rebinding), a
   state-changing request from another origin or without the page's CSRF token when a browser
   could have sent it cross-site, and puts the security headers on every response.
@@ -34,6 +35,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from app.exceptions import ForbiddenOrigin
 from app.settings import Settings
 from app.web.errors import error_response, status_of
+from app.web.rootpath import route_path
 
 __all__ = [
     "CSRF_COOKIE",
@@ -148,7 +150,9 @@ class TrustedProxies:
 
     ``X-Forwarded-For`` and ``-Proto`` are uvicorn's :class:`ProxyHeadersMiddleware`'s (the
     client is the rightmost address that is not a trusted proxy); ``X-Forwarded-Host`` (its
-    first value, the one the client asked for) replaces the Host header here.
+    first value, the one the client asked for) replaces the Host header here, and
+    ``X-Forwarded-Prefix`` (its first value) becomes the scope's ``root_path``, which
+    :class:`~app.web.rootpath.RootPath` uses instead of ``MASKSCOPE_ROOT_PATH``.
 
     Args:
         app: the application.
@@ -175,7 +179,11 @@ class TrustedProxies:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket") and self._trusted(scope):
-            forwarded = Headers(scope=scope).get("x-forwarded-host")
+            headers = Headers(scope=scope)
+            prefix = headers.get("x-forwarded-prefix")
+            if prefix:
+                scope["root_path"] = prefix.split(",")[0].strip()
+            forwarded = headers.get("x-forwarded-host")
             if forwarded:
                 host = forwarded.split(",")[0].strip().encode("latin-1")
                 scope["headers"] = [
@@ -232,15 +240,16 @@ class SecurityGate:
         send = self._with_headers(send, csp_nonce, nonce if fresh else None, scope["scheme"])
         refusal = self._refusal(request, None if fresh else nonce)
         if refusal is not None:
-            log.warning("%s %s refused: %s", request.method, request.url.path, refusal.message)
+            log.warning("%s %s refused: %s", request.method, scope["path"], refusal.message)
             response = error_response(request, status_of(refusal), refusal.to_dict())
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
     def _refusal(self, request: Request, nonce: str | None) -> ForbiddenOrigin | None:
+        path = route_path(request.scope)
         host = host_name(request.headers.get("host", ""))
-        if host not in self.hosts and request.url.path not in _PROBES:
+        if host not in self.hosts and path not in _PROBES:
             return ForbiddenOrigin(
                 f"this server does not answer to the host {host or '(none)'!r} (a DNS "
                 f"rebinding defence): add it to MASKSCOPE_ALLOWED_HOSTS"
@@ -256,7 +265,7 @@ class SecurityGate:
         if request.headers.get("sec-fetch-site") == "cross-site":
             return ForbiddenOrigin(f"a cross-site {request.method} is refused (Sec-Fetch-Site)")
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        needs_token = request.url.path.startswith("/ui/") or media in _SIMPLE_TYPES
+        needs_token = path.startswith("/ui/") or media in _SIMPLE_TYPES
         if needs_token and not self.signer.verify(nonce, request.headers.get(CSRF_HEADER)):
             return ForbiddenOrigin(
                 f"this {request.method} needs the page's CSRF token (the {CSRF_HEADER} header "

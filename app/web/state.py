@@ -18,7 +18,9 @@ from app.settings import LOCAL_MODEL_ID, Settings
 from app.store import open_store
 from app.web import render
 from app.web.executors import Pools
+from app.web.metrics import Metrics, Watched
 from app.web.services.sessions import SessionStore
+from app.web.stopping import Shutdown
 
 __all__ = ["AppState", "STATIC_DIR", "TEMPLATES_DIR", "release_memory"]
 
@@ -64,6 +66,22 @@ class AppState:
         self.sandbox = Sandbox.from_settings(settings)
         self.templates = Jinja2Templates(directory=TEMPLATES_DIR)
         render.install(self.templates.env)
+        # SIGTERM (app/cli/serve.py): streams end after their step in flight, no new work is
+        # taken, and the worker processes die, so the calls waiting for them end at once (the
+        # sandbox's, process-wide, are serve's hook). The Doctor's own cancellation is one more
+        # hook when it has one: self.shutdown.add_hook("doctor", ...).
+        self.shutdown = Shutdown()
+        self.shutdown.add_hook("pools", self.pools.shutdown)
+        self.shutdown.add_hook("compile workers", self._close_compiler)
+        self.metrics = Metrics(
+            Watched(
+                self.pools,
+                self.sessions,
+                self.remotes,
+                ready=lambda: self.ready,
+                stopping=lambda: self.shutdown.started,
+            )
+        )
 
     def render(self, name: str, context: dict[str, Any]) -> str:
         """A template rendered to a string (fragments, stream events)."""
@@ -153,6 +171,11 @@ class AppState:
                 }
             )
         return listed
+
+    def _close_compiler(self) -> None:
+        """Kill the local engine's compile workers, when this app owns the engine."""
+        if self.owns_engine and self.engine is not None:
+            self.engine.compiler.close()
 
     def close(self) -> None:
         """Stop what this app started."""

@@ -54,7 +54,7 @@
 
   async function loadExample(id) {
     if (!id) return;
-    const response = await fetch(`/api/examples/${encodeURIComponent(id)}`);
+    const response = await fetch(MS.url(`/api/examples/${encodeURIComponent(id)}`));
     if (!response.ok) return;
     const example = await response.json();
     const form = $("#config");
@@ -66,7 +66,7 @@
     form.max_tokens.value = example.max_tokens;
     form.schema_in_prompt.checked = example.schema_in_prompt;
     setPromptMode("chat");
-    history.replaceState(null, "", `/?example=${encodeURIComponent(id)}`);
+    history.replaceState(null, "", MS.url(`/?example=${encodeURIComponent(id)}`));
     configChanged(true);
   }
 
@@ -84,7 +84,7 @@
     const picker = $("#model");
     if (!picker || $$("option", picker).every((o) => o.dataset.ready === "true")) return;
     try {
-      const response = await fetch("/api/models");
+      const response = await fetch(MS.url("/api/models"));
       if (response.ok) updateModels(picker, await response.json());
     } catch (error) { /* the server is away: ask again */ }
     setTimeout(watchModels, MODELS_POLL_MS);

@@ -95,9 +95,18 @@ window.MS = (() => {
     return htmx.ajax(verb, path, { source: sourceFor(kind), target, swap, values: all });
   }
 
+  // The path the server is served under behind a proxy ("" at /, else "/maskscope": see
+  // app/web/rootpath.py). url() puts it before an app path, for fetch() and links; every htmx
+  // request path starting with "/" gets it here, once, so hx-post="/ui/..." stays as written.
+  const rootPath = meta("root-path");
+  const url = (path) => (rootPath && path.startsWith("/") && !path.startsWith(`${rootPath}/`) ? rootPath + path : path);
+  document.addEventListener("htmx:configRequest", (event) => { event.detail.path = url(event.detail.path); });
+  // The app path of a (prefixed) request path: what scopeOf and app.js compare.
+  const appPath = (path) => (rootPath && path.startsWith(`${rootPath}/`) ? path.slice(rootPath.length) : path);
+
   const isAllowed = (words, id) => ((words[id >>> 5] >>> (id & 31)) & 1) === 1;
   const visible = (text) => (text === "" ? "∅" : text.replace(/ /g, "·").replace(/\n/g, "↵").replace(/\t/g, "⇥"));
 
   return { $, $$, ui, toast, enqueue, isAllowed, visible, meta, csrfHeaders, scopeOf, isStale,
-           scopeHeaders, request, formValues };
+           scopeHeaders, request, formValues, url, appPath };
 })();

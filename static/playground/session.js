@@ -18,7 +18,7 @@
     clearDiscarded();
     $("#session-area").classList.remove("stale");
     const link = $("#download-trace");
-    link.href = `/api/sessions/${ui.sessionId}/trace`;
+    link.href = MS.url(`/api/sessions/${ui.sessionId}/trace`);
     link.classList.remove("disabled");
     $("#share-result").innerHTML = "";
     return ui.sessionId;
@@ -107,7 +107,7 @@
 
   async function runOrPause() {
     if (ui.running) {
-      await fetch(`/ui/sessions/${ui.sessionId}/pause`, { method: "POST", headers: MS.csrfHeaders() });
+      await fetch(MS.url(`/ui/sessions/${ui.sessionId}/pause`), { method: "POST", headers: MS.csrfHeaders() });
       return;
     }
     const id = await ensureSession();
@@ -126,7 +126,7 @@
     setRunning(false);
     const runner = $("#runner");
     if (runner) runner.outerHTML = '<div id="runner"></div>';
-    if (id) fetch(`/ui/sessions/${id}/pause`, { method: "POST", headers: MS.csrfHeaders() }).catch(() => {});
+    if (id) fetch(MS.url(`/ui/sessions/${id}/pause`), { method: "POST", headers: MS.csrfHeaders() }).catch(() => {});
   }
 
   function runEnded() {
@@ -239,7 +239,7 @@
   // The output exactly as the server holds it (special tokens add nothing), not the chips' text.
   async function copyOutput(button) {
     if (!ui.sessionId) return;
-    const response = await fetch(`/api/sessions/${ui.sessionId}`);
+    const response = await fetch(MS.url(`/api/sessions/${ui.sessionId}`));
     if (!response.ok) return;
     const { text } = await response.json();
     try { await navigator.clipboard.writeText(text); }
@@ -265,6 +265,21 @@
     const status = $("#status");
     if (status) status.insertAdjacentHTML("beforeend", '<span class="badge bad">session ended: the next step starts a new one</span>');
   }
+
+  // The server is stopping (SIGTERM): its stream ends with `shutdown` instead of `end`. Close it
+  // (no reconnecting to a server going away) and say so in the status line.
+  function onServerShutdown(source) {
+    source.close();
+    setRunning(false);
+    const runner = $("#runner");
+    if (runner) runner.outerHTML = '<div id="runner"></div>';
+    const status = $("#status");
+    if (status) status.insertAdjacentHTML("beforeend", '<span class="badge bad restarting">the server is restarting</span>');
+  }
+  document.addEventListener("htmx:sseOpen", (event) => {
+    const source = event.detail.source;
+    source.addEventListener("shutdown", () => onServerShutdown(source));
+  });
 
   Object.assign(MS, { ensureSession, openPermalink, share, step, back, move, runOrPause, stopRun, runEnded,
                       force, reset, setRunning, updateCounter, updateControls, copyOutput,

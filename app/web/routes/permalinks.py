@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse, Response
 
 from app.web.bodies import OpenPermalinkIn, PermalinkIn
 from app.web.deps import EngineDep, StateDep
+from app.web.rootpath import url
 from app.web.routes.encoding import json_response
 from app.web.services import actions
 from app.web.services import permalinks as sharing
@@ -25,7 +26,7 @@ async def create_permalink(body: PermalinkIn, state: StateDep) -> JSONResponse:
     Its schema unit tests (``tests``) are run, and their verdicts kept with them."""
     snapshot_id, created = await sharing.share_request(state, body)
     return JSONResponse(
-        {"id": snapshot_id, "url": f"/s/{snapshot_id}"}, status_code=201 if created else 200
+        {"id": snapshot_id, "url": url(f"/s/{snapshot_id}")}, status_code=201 if created else 200
     )
 
 

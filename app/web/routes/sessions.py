@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+import anyio
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response
 from sse_starlette import EventSourceResponse
@@ -13,7 +14,7 @@ from app.web.bodies import CountIn, ForceIn, SessionIn
 from app.web.deps import HandleDep, StateDep
 from app.web.routes.encoding import json_response
 from app.web.services import actions
-from app.web.services.streams import END_ID, run_events
+from app.web.services.streams import END_ID, SHUTDOWN_GRACE_S, run_events
 
 __all__ = ["router"]
 
@@ -91,7 +92,10 @@ async def events(
     if resume:
         after = int(str(last_event_id))
     stream = run_events(request.is_disconnected, state, handle, after=after, fmt=fmt, resume=resume)
-    return EventSourceResponse(stream, ping=15)
+    # sse-starlette sees uvicorn stop too: it waits for the stream's own shutdown event first.
+    return EventSourceResponse(
+        stream, ping=15, shutdown_event=anyio.Event(), shutdown_grace_period=SHUTDOWN_GRACE_S
+    )
 
 
 @router.get("/api/sessions/{session_id}/trace", tags=["sessions"])

@@ -110,11 +110,15 @@ class SessionStore:
         self.max_memory_bytes = max_memory_bytes
         self._live: OrderedDict[str, SessionHandle] = OrderedDict()
         self._ended: OrderedDict[str, str] = OrderedDict()
+        #: Sessions ended so far, by cause (``expired``, ``evicted_client``, ``evicted_room``,
+        #: ``evicted_memory``): the metrics' evictions.
+        self.endings: Counter[str] = Counter()
 
     def __len__(self) -> int:
         return len(self._live)
 
-    def _end(self, session_id: str, why: str) -> None:
+    def _end(self, session_id: str, why: str, cause: str) -> None:
+        self.endings[cause] += 1
         self._live.pop(session_id, None)
         self._ended[session_id] = why
         while len(self._ended) > _FORGET_AFTER:
@@ -126,7 +130,7 @@ class SessionStore:
         ended = 0
         for handle in list(self._live.values()):
             if not handle.busy and now - handle.last_used > self.ttl_s:
-                self._end(handle.id, "expired after being idle")
+                self._end(handle.id, "expired after being idle", "expired")
                 ended += 1
         return ended
 
@@ -175,7 +179,11 @@ class SessionStore:
                     f"all {cap} sessions of {client} are busy (a client holds at most {cap}); "
                     "try again in a moment"
                 )
-            self._end(own.id, "was evicted to make room for a newer session of the same client")
+            self._end(
+                own.id,
+                "was evicted to make room for a newer session of the same client",
+                "evicted_client",
+            )
         while len(self._live) >= self.max_sessions:
             victim = self._own_idle(client) or self._over_share(client)
             if victim is None:
@@ -187,7 +195,7 @@ class SessionStore:
                     f"all {self.max_sessions} sessions are busy or held by clients within their "
                     f"fair share ({self._share(client)} each); try again later"
                 )
-            self._end(victim.id, "was evicted to make room for a newer session")
+            self._end(victim.id, "was evicted to make room for a newer session", "evicted_room")
         token = secrets.token_urlsafe(12)
         session_id = token if self.replica_id is None else f"{self.replica_id}.{token}"
         handle = SessionHandle(session_id, session, request, pydantic=pydantic, client=client)
@@ -216,7 +224,7 @@ class SessionStore:
             victim = max(idle, key=lambda h: held[h.client])
             total -= sizes[victim.id]
             held[victim.client] -= sizes[victim.id]
-            self._end(victim.id, "was evicted to free memory for other sessions")
+            self._end(victim.id, "was evicted to free memory for other sessions", "evicted_memory")
 
     def get(self, session_id: str) -> SessionHandle:
         """The live session ``session_id``, marked as just used.

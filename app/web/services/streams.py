@@ -7,14 +7,27 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Literal, TypedDict
 
 from app.engine import StepRecord
+from app.exceptions import ShuttingDown
 from app.web.services.actions import step_response
 from app.web.services.sessions import SessionHandle
 from app.web.state import AppState
 
-__all__ = ["END_ID", "Event", "run_events"]
+__all__ = [
+    "END_ID",
+    "SHUTDOWN_GRACE_S",
+    "SHUTDOWN_MESSAGE",
+    "Event",
+    "run_events",
+    "shutdown_event",
+]
 
 #: The SSE id of the ``end`` event: a client that reconnects with it has seen the whole run.
 END_ID = "end"
+#: How long a stream has, once the server stops, to send its step in flight and ``shutdown``
+#: before sse-starlette cancels it (well inside serve's graceful shutdown).
+SHUTDOWN_GRACE_S = 3.0
+#: What the ``shutdown`` event says (its data, a JSON object's ``message``).
+SHUTDOWN_MESSAGE = "the server is restarting: the run stopped after its last step"
 
 
 class _EventFields(TypedDict):
@@ -26,6 +39,12 @@ class Event(_EventFields, total=False):
     """One server-sent event: its name, data, and (for ``step`` and ``end``) its SSE id."""
 
     id: str
+
+
+def shutdown_event() -> Event:
+    """The event that ends a stream when the server stops: JSON ``{"message"}`` in both formats
+    (the page's script shows the message; htmx swaps nothing)."""
+    return {"event": "shutdown", "data": json.dumps({"message": SHUTDOWN_MESSAGE})}
 
 
 async def run_events(
@@ -47,7 +66,9 @@ async def run_events(
     of its events and generates nothing.
 
     Events: ``step`` (SSE id = the step index), then ``done`` when the session has stopped or
-    ``paused`` when a pause ended the run, then ``end`` (SSE id ``end``).
+    ``paused`` when a pause ended the run, then ``end`` (SSE id ``end``). When the server stops
+    (SIGTERM), the run ends after its step in flight with ``shutdown`` (no ``end``: the run is
+    not over, and a client may resume it elsewhere once it is back).
 
     Args:
         disconnected: whether the client has left (the stream then stops generating).
@@ -82,11 +103,17 @@ async def run_events(
                 break
             if await disconnected():
                 return
+            if state.shutdown.started:
+                yield shutdown_event()
+                return
             async with handle.lock:
                 # Only when nothing is left to send: the lock may have been held by a step an
                 # older stream started, whose record is then sent first.
                 if generating() and len(session.steps) == sent:
-                    await state.pools.steps.run(session.step)
+                    try:
+                        await state.pools.steps.run(session.step)
+                    except ShuttingDown:
+                        pass  # the next turn sends the shutdown event
             state.sessions.enforce_memory(keep=handle)
         if not runs.current(run):
             return

@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse, Response
 from app.exceptions import InvalidInput
 from app.web.deps import HandleDep, StateDep
 from app.web.forms import forced_token, form_session_request, share_tests, step_count
+from app.web.rootpath import url
 from app.web.services import actions
 from app.web.services import permalinks as sharing
 from app.web.ui.fragments import (
@@ -33,7 +34,7 @@ async def share_fragment(request: Request, state: StateDep, handle: HandleDep) -
     a JSON list) and their verdicts; the link, ready to copy."""
     body = share_tests(await request.form(), handle.request["grammar"])
     snapshot_id = await sharing.share_session(state, handle, body)
-    context = {"url": f"{request.base_url}s/{snapshot_id}", "path": f"/s/{snapshot_id}",
+    context = {"url": f"{request.base_url}s/{snapshot_id}", "path": url(f"/s/{snapshot_id}"),
                "session_id": handle.id}  # fmt: skip
     return render_page(state, request, "partials/_share.html", context)
 
