@@ -8,7 +8,8 @@
   // is marked as belonging to the previous setup (its verdict no longer speaks for this schema).
   function configChanged(recompile) {
     ui.dirty = true;
-    if (recompile) htmx.trigger(document.body, "compile");
+    if (recompile && !MS.source().trim()) MS.showEmptyHint();
+    else if (recompile) htmx.trigger(document.body, "compile");
     if (recompile && ui.replayDiagnostics && ui.replayDiagnostics.length) MS.markReplayLine(0, "");
     if (ui.sessionId) markStale();
   }

@@ -104,9 +104,15 @@ def _page(request: Request, state: AppState, prefill: dict[str, Any], **extra: A
 
 @router.get("/", response_class=HTMLResponse)
 async def playground(request: Request, state: StateDep, example: str | None = None) -> HTMLResponse:
-    """The playground, optionally opened on an example (``?example=pricing``)."""
-    initial = next((e for e in load_examples() if e.id == example), None)
-    return _page(request, state, _prefill_from_example(initial), example_id=example)
+    """The playground, opened on an example (``?example=pricing``; without one, the first
+    example, so that a first visit has something to run)."""
+    examples = load_examples()
+    initial = next((e for e in examples if e.id == example), None)
+    if example is None and examples:
+        initial = examples[0]
+    return _page(
+        request, state, _prefill_from_example(initial), example_id=initial.id if initial else None
+    )
 
 
 @router.get("/s/{snapshot_id}", response_class=HTMLResponse)
