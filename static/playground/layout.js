@@ -104,6 +104,24 @@
     window.addEventListener("load", () => idle(prefetchVocab, { timeout: 1500 }));
   }
 
+  // A permalink opened at the step shared (/s/{id}?step=36): the request that rebuilds the
+  // session names it, and the server inspects that step; its chip is scrolled into view.
+  const OPEN_PATH = /^\/ui\/permalinks\/[^/]+\/open$/;
+  document.addEventListener("htmx:configRequest", (event) => {
+    const banner = $("#permalink-banner");
+    if (banner && banner.dataset.step !== undefined && OPEN_PATH.test(event.detail.path)) {
+      event.detail.parameters.step = banner.dataset.step;
+    }
+  });
+  document.addEventListener("htmx:afterSettle", (event) => {
+    if (!OPEN_PATH.test((event.detail.pathInfo || {}).requestPath || "")) return;
+    // after app.js's refresh (its frame marks the selected chip and scrolls to the end)
+    requestAnimationFrame(() => setTimeout(() => {
+      const chip = $("#tokens .chip.selected");
+      if (chip) chip.scrollIntoView({ block: "nearest" });
+    }, 0));
+  });
+
   Object.assign(MS, { openDock, setDockMaximised: setMaximised, setDockCollapsed: setCollapsed });
   document.addEventListener("DOMContentLoaded", bindLayout);
 })();

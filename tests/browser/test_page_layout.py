@@ -3,10 +3,20 @@ server and one page for the module. Screenshots at 1440x900 and 1280x720 go to t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
+import httpx
 import pytest
-from playwright.sync_api import Browser, FloatRect, Page, Request, ViewportSize, expect
+from playwright.sync_api import (
+    Browser,
+    FloatRect,
+    Page,
+    Request,
+    Route,
+    ViewportSize,
+    expect,
+)
 
 from tests.browser.conftest import ARTIFACTS, REPORT_CSP_VIOLATIONS, csp_violations
 
@@ -264,3 +274,40 @@ def test_p7_a_paste_replaces_the_untouched_pydantic_starter(
     )
     assert "class CandidateEvaluation" in page.evaluate("() => MS.source()")
     page.click("text=JSON Schema")
+
+
+def test_p12_a_permalink_shows_progress_and_opens_at_the_shared_step(
+    shared: Shared, live_server: str
+) -> None:
+    body = {
+        "grammar": {"kind": "regex", "source": "[a-z ]{300}"},  # ten steps never end it
+        "raw_prompt": "A story:", "max_tokens": 12, "actions": [{"op": "step", "n": 10}],
+    }  # fmt: skip
+    snapshot_id = httpx.post(f"{live_server}/api/permalinks", json=body, timeout=60).json()["id"]
+    page = shared.page
+    held: list[Route] = []
+    page.route("**/ui/permalinks/*/open", lambda route: held.append(route))  # the test holds it
+    try:
+        page.goto(f"{live_server}/s/{snapshot_id}?step=3")
+        while not held:
+            page.wait_for_timeout(50)
+        # while the session is rebuilt: progress, not the idle "Press space to run"
+        replaying = page.locator("#session-area #replaying")
+        expect(replaying).to_contain_text("Replaying the shared trace: 10 steps")
+        expect(replaying).to_contain_text("step #3 is inspected")
+        expect(page.locator("#session-area")).not_to_contain_text("Press space")
+        assert held[0].request.post_data is not None and "step=3" in held[0].request.post_data
+        held[0].continue_()
+    finally:
+        page.unroute("**/ui/permalinks/*/open")
+    expect(page.locator("#tokens .chip")).to_have_count(10)
+    expect(page.locator("#inspector")).to_have_attribute("data-index", "3")  # not the last, #9
+    expect(page.locator("#tok-3")).to_have_class(re.compile(r"\bselected\b"))
+    expect(page.locator("#replaying")).to_have_count(0)
+
+    # past the end: the last step; without ?step: the last step
+    page.goto(f"{live_server}/s/{snapshot_id}?step=99")
+    expect(page.locator("#inspector")).to_have_attribute("data-index", "9")
+    page.goto(f"{live_server}/s/{snapshot_id}")
+    expect(page.locator("#inspector")).to_have_attribute("data-index", "9")
+    expect(page.locator("#tokens .chip")).to_have_count(10)

@@ -3,9 +3,9 @@ session)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from app.engine import PRESETS, MaskingLibrary, presets
@@ -14,7 +14,7 @@ from app.exceptions import InvalidInput, NotReady, PermalinkNotFound
 from app.settings import LOCAL_MODEL_ID
 from app.web.deps import StateDep
 from app.web.errors import not_found_page
-from app.web.forms import open_choice
+from app.web.forms import open_choice, shared_step
 from app.web.services import actions
 from app.web.services import permalinks as sharing
 from app.web.state import AppState
@@ -97,6 +97,7 @@ def _page(request: Request, state: AppState, prefill: dict[str, Any], **extra: A
         "differences": [],
         "model_missing": missing,
         "shared_tests": [],
+        "shared_step": None,
         **extra,
     }
     return render_page(state, request, "pages/playground.html", context)
@@ -116,8 +117,14 @@ async def playground(request: Request, state: StateDep, example: str | None = No
 
 
 @router.get("/s/{snapshot_id}", response_class=HTMLResponse)
-async def permalink_page(request: Request, state: StateDep, snapshot_id: str) -> HTMLResponse:
-    """A shared snapshot: the playground pre-filled; its trace replays on load."""
+async def permalink_page(
+    request: Request,
+    state: StateDep,
+    snapshot_id: str,
+    step: Annotated[int | None, Query(ge=0)] = None,
+) -> HTMLResponse:
+    """A shared snapshot: the playground pre-filled; its trace replays on load, inspected at
+    ``?step=`` (the step shared, outside the snapshot and its id) or at its last step."""
     try:
         snapshot, _ = await sharing.load(state, snapshot_id)
     except PermalinkNotFound:
@@ -133,6 +140,7 @@ async def permalink_page(request: Request, state: StateDep, snapshot_id: str) ->
         # While the model loads, the page shows; opening the session is 503.
         differences=sharing.differences(state, snapshot),
         shared_tests=snapshot.get("tests") or [],
+        shared_step=step,
     )
 
 
@@ -140,9 +148,12 @@ async def permalink_page(request: Request, state: StateDep, snapshot_id: str) ->
 async def open_permalink_fragment(
     request: Request, state: StateDep, snapshot_id: str
 ) -> HTMLResponse:
-    """The shared session reopened: every chip, the last step inspected, the status, the
-    footer. The form's ``model`` opens it on that model instead of its own."""
-    choice = open_choice(await request.form())
+    """The shared session reopened: every chip, the step shared inspected (the form's
+    ``step``; the last one without it, or past the end), the status, the footer. The form's
+    ``model`` opens it on that model instead of its own."""
+    form = await request.form()
+    choice = open_choice(form)
+    wanted = shared_step(form)
     snapshot, _ = await sharing.load(state, snapshot_id)
     handle = await sharing.open_snapshot(state, snapshot, model=choice.model)
     answer = await actions.step_response(state, handle, [])
@@ -153,6 +164,7 @@ async def open_permalink_fragment(
         footer(handle),
     ]
     if steps:
-        context = inspector_context(handle, steps[-1], oob=True)
+        at = len(steps) - 1 if wanted is None else min(wanted, len(steps) - 1)
+        context = inspector_context(handle, steps[at], oob=True)
         parts.append(("partials/_inspector.html", context))
     return fragments(state, *parts)
