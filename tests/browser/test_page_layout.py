@@ -56,6 +56,7 @@ class Shared:
         self.page.set_viewport_size(viewport)
         self.page.goto(url)
         self.page.evaluate("() => localStorage.clear()")
+        self.page.goto("about:blank")  # the old document sends nothing more
         self.requests.clear()
         self.page.goto(url)
         return self.page
@@ -107,6 +108,11 @@ def _in_view(page: Page, selector: str) -> None:
         selector,
     )
     assert whole, f"{selector} is cut off or covered"
+
+
+def _below(page: Page, upper: str, lower: str) -> None:
+    """``lower`` starts below the end of ``upper``: nothing is drawn over it."""
+    assert _box(page, lower)["y"] >= _box(page, upper)["y"] + _box(page, upper)["height"] - 1
 
 
 def _set_source(page: Page, text: str) -> None:
@@ -187,6 +193,7 @@ def test_p14_a_first_visit_has_an_example_and_fits_1280x720(
     _shot(page, "layout-1280x720")
     _in_view(page, "#tokens")
     _in_view(page, "#timeline")
+    _below(page, "#tokens", ".output-tools")
 
     # the Tests help is whole, in the wide panel
     page.click('.compile-panel .tab-button[data-view="tests"]')
@@ -201,6 +208,8 @@ def test_p14_a_first_visit_has_an_example_and_fits_1280x720(
     # an empty editor says how to start, not "invalid JSON: Expecting value"
     _set_source(page, "")
     expect(page.locator("#compile-result.empty-source")).to_contain_text("pick an example")
+    expect(page.locator("#session-area .stale-note")).to_be_visible()
+    _below(page, "#tokens", ".output-tools")  # the stale note pushes, never overlaps
     page.wait_for_timeout(800)  # the compile's debounce: no late error replaces the hint
     expect(page.locator("#compile-result .compile-error")).to_have_count(0)
     expect(page.locator("#compile-summary .badge.bad")).to_have_count(0)
