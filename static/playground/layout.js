@@ -122,6 +122,21 @@
     }, 0));
   });
 
+  // Share: the link names the step selected (?step=), so that it reopens where it was shared.
+  // Before session.js copies it: afterSwap runs inside the swap, before htmx.ajax resolves.
+  document.addEventListener("htmx:afterSwap", (event) => {
+    if (!event.detail.target || event.detail.target.id !== "share-result") return;
+    const link = $("#share-result .share-link");
+    if (!link || ui.selected === null) return;
+    const url = new URL(link.dataset.url, window.location.href);
+    url.searchParams.set("step", String(ui.selected));
+    link.dataset.url = url.href;
+    const input = $("input", link);
+    if (input) input.value = url.href;
+    const open = $("a", link);
+    if (open) open.href = `${url.pathname}${url.search}`;
+  });
+
   Object.assign(MS, { openDock, setDockMaximised: setMaximised, setDockCollapsed: setCollapsed });
   document.addEventListener("DOMContentLoaded", bindLayout);
 })();

@@ -320,3 +320,26 @@ def test_p12_a_permalink_shows_progress_and_opens_at_the_shared_step(
     page.goto(f"{live_server}/s/{snapshot_id}")
     expect(page.locator("#inspector")).to_have_attribute("data-index", "9")
     expect(page.locator("#tokens .chip")).to_have_count(10)
+
+
+def test_p12_share_names_the_selected_step_and_the_link_reopens_there(
+    shared: Shared, live_server: str
+) -> None:
+    page = shared.fresh(f"{live_server}/?example=nested", WIDE)
+    _compiled(page)
+    page.fill('input[name="max_tokens"]', "8")
+    page.locator("header.topbar").click()
+    page.keyboard.press(" ")
+    expect(page.locator("#status")).to_have_attribute("data-done", "true")
+    page.locator("#tok-4").click()
+    expect(page.locator("#inspector")).to_have_attribute("data-index", "4")
+    page.click("#btn-share")
+    link = page.locator("#share-result .share-link")
+    expect(link).to_have_count(1)
+    url = link.get_attribute("data-url")
+    assert url and "/s/" in url and url.endswith("?step=4"), url
+    expect(link.locator("input")).to_have_value(url)
+    page.goto(url)
+    expect(page.locator("#tokens .chip")).to_have_count(8)
+    expect(page.locator("#inspector")).to_have_attribute("data-index", "4")
+    expect(page.locator("#tok-4")).to_have_class(re.compile(r"\bselected\b"))
