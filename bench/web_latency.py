@@ -7,6 +7,11 @@
    stepper's own tokens per second for the same steps (steps / time inside ``step()``).
    Target: >= 0.9x.
 
+3. First use (#26): the first token search after load (the vocabulary, fetched in the
+   background after load, is there already), and a permalink: the time to its progress note,
+   to its chips, and to the shared step (``?step=``) inspected. Target: the progress shows
+   within 1 s (the chips come when the session is rebuilt: the replay's own time).
+
 Usage: ``.venv/bin/python bench/web_latency.py [--steps 30]`` (needs /usr/bin/chromium).
 """
 
@@ -56,6 +61,44 @@ def _session_steps(base: str, page: Page) -> list[dict[str, float]]:
     return steps
 
 
+FIRST_SEARCH = """() => new Promise((resolve) => {
+    const search = document.querySelector('#token-search');
+    const start = performance.now();
+    const poll = setInterval(() => {
+        if (document.querySelector('#search-results li')) {
+            clearInterval(poll); resolve(performance.now() - start);
+        }
+    }, 5);
+    search.value = '{';
+    search.dispatchEvent(new Event('input'));
+})"""
+
+
+def _first_use(base: str, page: Page) -> dict[str, float]:
+    """Milliseconds: the first search after load, and a permalink's progress, chips and step."""
+    page.goto(f"{base}/?example=nested")
+    page.wait_for_selector("#compile-result .stats")
+    vocab_ms = page.evaluate(
+        "() => performance.getEntriesByType('resource')"
+        ".filter((e) => e.name.includes('/api/vocab')).map((e) => e.duration)[0] ?? NaN"
+    )
+    page.click("#btn-step")
+    page.wait_for_selector("#inspector #token-search")
+    search_ms = page.evaluate(FIRST_SEARCH)
+    body = {"grammar": {"kind": "regex", "source": "[a-z ]{400}"}, "raw_prompt": "A story:",
+            "max_tokens": 60, "actions": [{"op": "step", "n": 48}]}  # fmt: skip
+    snapshot_id = httpx.post(f"{base}/api/permalinks", json=body, timeout=120).json()["id"]
+    page.goto(f"{base}/s/{snapshot_id}?step=36", wait_until="commit")
+    page.wait_for_selector("#replaying")
+    progress_ms = page.evaluate("() => performance.now()")
+    page.wait_for_selector("#tok-47")
+    chips_ms = page.evaluate("() => performance.now()")
+    page.wait_for_selector('#inspector[data-index="36"]')
+    step_ms = page.evaluate("() => performance.now()")
+    return {"vocab": vocab_ms, "search": search_ms, "progress": progress_ms,
+            "chips": chips_ms, "step": step_ms}  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
@@ -76,6 +119,7 @@ def main() -> int:
             page.click("#btn-reset")
             arrivals = page.evaluate(RUN_ARRIVALS)
             steps = _session_steps(base, page)
+            first = _first_use(base, page)
             browser.close()
 
     n = len(arrivals)
@@ -91,6 +135,12 @@ def main() -> int:
     print(f"run over SSE: {n} tokens, {page_rate:.1f} tokens/s arriving in the page")
     print(f"stepper's own rate for those steps: {stepper_rate:.1f} tokens/s")
     print(f"ratio page / stepper: {page_rate / stepper_rate:.3f}  (target >= 0.9)")
+    print(f"first token search after load: {first['search']:.1f} ms (the vocabulary, fetched in "
+          f"the background after load, took {first['vocab']:.0f} ms; 0 or a few ms: from "
+          "the browser's cache)")  # fmt: skip
+    print(f"permalink (48 steps, ?step=36), from navigation: progress shown at "
+          f"{first['progress']:.0f} ms (target <= 1000), chips at {first['chips']:.0f} ms, "
+          f"step #36 inspected at {first['step']:.0f} ms")  # fmt: skip
     return 0
 
 

@@ -61,6 +61,8 @@ def vllm_notes(req: ExportRequest, reach: Reach, *, legacy: bool) -> list[str]:
         )
     else:
         notes.append(f"vLLM {VLLM_VERSION}: structured_outputs (StructuredOutputsParams).")
+    if req.vllm_fallback:
+        return [*notes, *_vllm_fallback_notes(req, reach)]
     serve = ["vllm serve", _word(req.model), *reach.flags]
     notes.append("Serve the model with:\n$ " + " ".join(serve))
     if reach.flags:
@@ -72,19 +74,47 @@ def vllm_notes(req: ExportRequest, reach: Reach, *, legacy: bool) -> list[str]:
         f"vLLM picks the grammar backend per server ({VLLM_FLAG}.backend, default auto), not per "
         "request."
     )
-    if req.vllm_fallback:
-        notes.append(
-            f"For this schema auto would not use xgrammar ({one_line(req.vllm_fallback)}): it "
-            "masks with guidance (llguidance) instead, not the mask Maskscope showed; with "
-            "backend xgrammar vLLM refuses the request."
-        )
-    elif req.is_json and req.preset == "vllm" and not reach.flags:
+    if req.is_json and req.preset == "vllm" and not reach.flags:
         notes.append(
             "The vllm preset is this default: auto hands the schema to xgrammar with "
             f"any_whitespace=True, unless its pre-check finds a keyword xgrammar lacks; start with "
             f"{VLLM_FLAG}.backend xgrammar to be sure the mask is the one Maskscope showed."
         )
     return notes
+
+
+def _vllm_fallback_notes(req: ExportRequest, reach: Reach) -> list[str]:
+    """A schema vLLM's xgrammar pre-check refuses: never recommend the backend that refuses it;
+    recommend guidance when it compiles the schema, else say plainly that no backend serves it."""
+    assert req.vllm_fallback is not None
+    why = (
+        f"For this schema vLLM does not use xgrammar ({one_line(req.vllm_fallback)}): with "
+        f"{VLLM_FLAG}.backend xgrammar it refuses the request (HTTP 400)"
+    )
+    # The whitespace flag is read by the guidance backend too; the backend flag is replaced.
+    others = [f for f in reach.flags if not f.startswith(f"{VLLM_FLAG}.backend ")]
+    if req.vllm_outlines:
+        serve = ["vllm serve", _word(req.model), *others]
+        return [
+            "Serve the model with (backend auto):\n$ " + " ".join(serve),
+            f"{why}, and patternProperties rules out guidance: auto falls back to outlines, "
+            "which serves the request with its own mask. Maskscope does not reproduce "
+            "outlines: this is not the mask Maskscope showed.",
+        ]
+    if req.vllm_guidance_error:
+        return [
+            f"No vLLM {VLLM_VERSION} server serves this request: no serve command is given. "
+            f"{why}; auto falls back to guidance (llguidance), which refuses it too (HTTP 400: "
+            f"{one_line(req.vllm_guidance_error)}). Change the schema (the Doctor's vllm row "
+            "says where), or serve it with SGLang or use xgrammar locally (the other tabs).",
+        ]
+    serve = ["vllm serve", _word(req.model), f"{VLLM_FLAG}.backend guidance", *others]
+    return [
+        "Serve the model with:\n$ " + " ".join(serve),
+        f"{why}; the guidance backend (llguidance), which auto falls back to, serves it. Its "
+        "mask is llguidance's, not the xgrammar mask Maskscope showed: pick the engine "
+        "llguidance in Maskscope to see that one.",
+    ]
 
 
 def sglang_notes(req: ExportRequest, reach: Reach) -> list[str]:

@@ -67,6 +67,10 @@ class ExportRequest:
         pydantic: the Pydantic source when the schema came from one.
         vllm_fallback: why vLLM's ``auto`` backend would not give this schema to xgrammar (the
             Doctor's vLLM verdict), when it would not.
+        vllm_guidance_error: with a fallback, llguidance's error for the schema compiled as
+            vLLM's guidance backend does ("" when it compiles; None when not checked).
+        vllm_outlines: with a fallback, whether ``auto`` goes to outlines (``patternProperties``
+            rules out guidance), which Maskscope does not reproduce.
     """
 
     kind: GrammarKind
@@ -82,6 +86,8 @@ class ExportRequest:
     max_tokens: int = 256
     pydantic: PydanticSource | None = None
     vllm_fallback: str | None = None
+    vllm_guidance_error: str | None = None
+    vllm_outlines: bool = False
 
     @property
     def is_json(self) -> bool:

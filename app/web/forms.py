@@ -32,6 +32,7 @@ __all__ = [
     "open_choice",
     "replay_request",
     "share_tests",
+    "shared_step",
     "step_count",
     "panel_tests_request",
     "validated",
@@ -171,6 +172,20 @@ def share_tests(form: FormData, grammar: dict[str, Any]) -> SchemaTestsIn:
 def open_choice(form: FormData) -> OpenPermalinkIn:
     """The model to reopen a permalink on (its own when the form names none)."""
     return validated(OpenPermalinkIn, {"model": form.get("model") or None})
+
+
+def shared_step(form: FormData) -> int | None:
+    """The form's ``step``: the step of a reopened permalink to inspect (None: the last)."""
+    raw = str(form.get("step") or "")
+    if not raw:
+        return None
+    try:
+        step = int(raw)
+    except ValueError:
+        raise InvalidInput(f"step must be a whole number, got {raw[:20]!r}") from None
+    if step < 0:
+        raise InvalidInput(f"step must be 0 or more, got {step}")
+    return step
 
 
 def step_count(form: FormData) -> int:

@@ -15,7 +15,9 @@
       ui.setup++;
       MS.clearSetupMarks();
       MS.dropReplay();
-      htmx.trigger(document.body, "compile");
+      if (!MS.source().trim()) MS.showEmptyHint();
+      else htmx.trigger(document.body, "compile");
+      if (ui.replayDiagnostics && ui.replayDiagnostics.length) MS.markReplayLine(0, "");
     }
     MS.clearDiscarded();
     if (ui.sessionId) markStale();

@@ -8,6 +8,18 @@
     regex: "[A-Z]{4}[0-9]{2}",
   };
   const lang = new CM.Compartment();
+  // The starter a tab inserts into an empty editor is a placeholder: while it is untouched, a
+  // paste replaces it instead of joining it (one model, not "models: Answer, <yours>").
+  const isStarter = (text) => Object.values(SAMPLES).includes(text);
+  const replaceStarter = CM.EditorView.domEventHandlers({
+    paste(event, view) {
+      const text = event.clipboardData && event.clipboardData.getData("text/plain");
+      if (!text || !isStarter(view.state.doc.toString())) return false;
+      event.preventDefault();
+      view.dispatch({ changes: { from: 0, to: view.state.doc.length, insert: text }, selection: { anchor: text.length } });
+      return true;
+    },
+  });
 
   function languageFor(kind) {
     if (kind === "json_schema") return CM.json();
@@ -25,7 +37,7 @@
       state: CM.EditorState.create({
         doc: textarea.value,
         extensions: [
-          CM.basicSetup, CM.lintGutter(), CM.EditorView.lineWrapping, lang.of(languageFor(ui.kind)),
+          CM.basicSetup, CM.lintGutter(), CM.EditorView.lineWrapping, lang.of(languageFor(ui.kind)), replaceStarter,
           CM.EditorView.cspNonce.of(MS.meta("csp-nonce")),  // its <style> elements, under the CSP
           CM.EditorView.updateListener.of((update) => {
             if (!update.docChanged) return;
@@ -82,6 +94,8 @@
   function markCompileError() {
     const result = $("#compile-result");
     if (!result || !ui.editor) return;
+    // a compile sent before the editor was emptied: the hint, not its "invalid JSON"
+    if (result.dataset.errorMessage !== undefined && !source().trim()) { showEmptyHint(); return; }
     ui.compileDiagnostics = [];
     if (result.dataset.errorMessage !== undefined) {
       const line = parseInt(result.dataset.errorLine || "", 10);
@@ -91,6 +105,36 @@
     if (ui.compileDiagnostics.length) clearDoctor();
     else if ($("#compile-result .stats")) htmx.trigger(document.body, "doctor");
     applyDiagnostics();
+    summarizeCompile(result);
+  }
+
+  // The compile's verdict in the editor's head, also while the wide panel shows another tab or
+  // is folded: a click on it shows the Compile tab.
+  function summarizeCompile(result) {
+    const summary = $("#compile-summary");
+    if (!summary) return;
+    const warnings = $$(".warnings li", result).length;
+    if (result.dataset.errorMessage !== undefined) {
+      const line = result.dataset.errorLine ? ` (line ${result.dataset.errorLine})` : "";
+      summary.innerHTML = `<span class="badge bad">does not compile</span>`;
+      summary.append(line);
+    } else if ($(".stats", result)) {
+      summary.innerHTML = `<span class="badge ok">compiled</span>`;
+      if (warnings) summary.append(` · ${warnings} warning${warnings > 1 ? "s" : ""}`);
+    } else {
+      summary.textContent = "";
+    }
+  }
+
+  // An empty editor is not an error: it says how to start instead of "invalid JSON".
+  function showEmptyHint() {
+    const result = $("#compile-result");
+    if (!result) return;
+    result.outerHTML = '<div id="compile-result" class="compile empty-source"><p class="muted">The editor is empty: pick an example above, or write or paste a schema; it compiles as you type.</p></div>';
+    ui.compileDiagnostics = [];
+    clearDoctor();
+    applyDiagnostics();
+    summarizeCompile($("#compile-result"));
   }
 
   // The Doctor runs after each successful compile (never on the typing path); a newer compile's
@@ -138,8 +182,10 @@
     $$(".compile-panel .tab-button").forEach((b) => b.classList.toggle("active", b.dataset.view === view));
     $(".compile-view").hidden = view !== "compile";
     $(".doctor-view").hidden = view !== "doctor";
+    $(".tests-view").hidden = view !== "tests";
+    if (MS.openDock) MS.openDock();
   }
 
   Object.assign(MS, { setupEditor, source, setSource, setKind, markCompileError, markDoctor,
-                      markReplayLine, setCompileView, clearSetupMarks });
+                      markReplayLine, setCompileView, clearSetupMarks, showEmptyHint });
 })();

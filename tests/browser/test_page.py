@@ -112,7 +112,8 @@ def test_2_a_large_mask_is_summarised_by_what_it_blocks(page: Page, live_server:
 
 
 def test_3_keys_after_an_example_pick_queue_and_empty_source(page: Page, live_server: str) -> None:
-    page.goto(live_server)
+    page.goto(live_server)  # opens on the first example (#26): empty the editor first
+    page.evaluate("() => MS.setSource('')")
     page.keyboard.press(" ")
     expect(page.locator("#toast")).to_contain_text("Pick an example or write a schema")
     _pick(page, "nested")

@@ -10,7 +10,13 @@ from tests.browser.conftest import ARTIFACTS
 SCHEMA = '{\n  "type": "array",\n  "items": {"type": "integer"},\n  "uniqueItems": true\n}'
 
 
+def _show_tests(page: Page) -> None:
+    """The Tests tab of the wide panel under the editor and the output."""
+    page.click('.compile-panel .tab-button[data-view="tests"]')
+
+
 def _add(page: Page, text: str, expect_value: str) -> None:
+    _show_tests(page)
     page.fill("#test-text", text)
     page.select_option("#test-expect", expect_value)
     page.click("#btn-add-test")
@@ -63,6 +69,7 @@ def test_tests_are_judged_shared_and_restored(page: Page, live_server: str) -> N
     url = link.get_attribute("data-url")
     assert url and "/s/" in url
     page.goto(url)
+    _show_tests(page)
     expect(page.locator("#tests-result .test-row")).to_have_count(3, timeout=60_000)
     assert _verdicts(page) == before
     expect(page.locator("#tests-result .differs")).to_have_count(0)

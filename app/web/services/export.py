@@ -7,7 +7,8 @@ import json
 from typing import Any
 
 from app.doctor.backends import vllm as vllm_rules
-from app.engine import render_prompt
+from app.doctor.backends.llguidance import Llguidance
+from app.engine import AnyEngine, render_prompt
 from app.exceptions import GrammarError
 from app.export import ExportRequest, Message, PydanticSource, Sampling
 from app.sandbox.sandbox import PydanticSchema
@@ -55,6 +56,8 @@ async def export_request(
     derived = resolved.pydantic
     sampling = body.sampling
     schema = _schema(spec.source) if spec.is_json else None
+    # llguidance compiles the schema as vLLM's guidance backend would: off the event loop
+    route = await asyncio.to_thread(_vllm_route, engine, schema)
     return ExportRequest(
         kind=spec.kind,
         source=spec.source,
@@ -68,7 +71,7 @@ async def export_request(
         sampling=Sampling(sampling.temperature, sampling.top_p, sampling.seed),
         max_tokens=body.max_tokens,
         pydantic=_pydantic(derived),
-        vllm_fallback=_vllm_fallback(schema) if spec.is_json else None,
+        **route,
     )
 
 
@@ -80,12 +83,28 @@ def _pydantic(derived: PydanticSchema | None) -> PydanticSource | None:
     return PydanticSource(derived.ran, derived.root, derived.stripped)
 
 
-def _vllm_fallback(schema: Any) -> str | None:
-    """The Doctor's reasons vLLM's ``auto`` would not give this schema to xgrammar, or None."""
-    reasons = vllm_rules.unsupported(schema)
+def _vllm_route(engine: AnyEngine, schema: Any) -> dict[str, Any]:
+    """Where vLLM's ``auto`` sends a schema its xgrammar pre-check refuses (the Doctor's vllm
+    rules): the reasons, and whether guidance (llguidance, run here with the model's tokenizer
+    as vLLM compiles it) or outlines takes it. Empty when xgrammar takes it."""
+    reasons = vllm_rules.unsupported(schema) if schema is not None else []
     if not reasons:
-        return None
-    return "; ".join(f"{r.message} at {r.pointer or '/'}" for r in reasons)
+        return {}
+    outlines = _has_pattern_properties(schema)
+    return {
+        "vllm_fallback": "; ".join(f"{r.message} at {r.pointer or '/'}" for r in reasons),
+        "vllm_outlines": outlines,
+        "vllm_guidance_error": (
+            "" if outlines else Llguidance(engine.llguidance).schema_error(schema)
+        ),
+    }
+
+
+def _has_pattern_properties(node: Any) -> bool:
+    """``has_guidance_unsupported_json_features``: patternProperties in any schema object."""
+    if isinstance(node, dict):
+        return "patternProperties" in node or any(map(_has_pattern_properties, node.values()))
+    return isinstance(node, list) and any(map(_has_pattern_properties, node))
 
 
 async def from_session(state: AppState, handle: SessionHandle) -> ExportRequest:

@@ -3,9 +3,9 @@ session)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from app.engine import PRESETS, MaskingLibrary, presets
@@ -14,7 +14,7 @@ from app.exceptions import InvalidInput, NotReady, PermalinkNotFound
 from app.settings import LOCAL_MODEL_ID
 from app.web.deps import StateDep
 from app.web.errors import not_found_page
-from app.web.forms import open_choice
+from app.web.forms import open_choice, shared_step
 from app.web.services import actions
 from app.web.services import permalinks as sharing
 from app.web.state import AppState
@@ -97,6 +97,7 @@ def _page(request: Request, state: AppState, prefill: dict[str, Any], **extra: A
         "differences": [],
         "model_missing": missing,
         "shared_tests": [],
+        "shared_step": None,
         **extra,
     }
     return render_page(state, request, "pages/playground.html", context)
@@ -104,14 +105,26 @@ def _page(request: Request, state: AppState, prefill: dict[str, Any], **extra: A
 
 @router.get("/", response_class=HTMLResponse)
 async def playground(request: Request, state: StateDep, example: str | None = None) -> HTMLResponse:
-    """The playground, optionally opened on an example (``?example=pricing``)."""
-    initial = next((e for e in load_examples() if e.id == example), None)
-    return _page(request, state, _prefill_from_example(initial), example_id=example)
+    """The playground, opened on an example (``?example=pricing``; without one, the first
+    example, so that a first visit has something to run)."""
+    examples = load_examples()
+    initial = next((e for e in examples if e.id == example), None)
+    if example is None and examples:
+        initial = examples[0]
+    return _page(
+        request, state, _prefill_from_example(initial), example_id=initial.id if initial else None
+    )
 
 
 @router.get("/s/{snapshot_id}", response_class=HTMLResponse)
-async def permalink_page(request: Request, state: StateDep, snapshot_id: str) -> HTMLResponse:
-    """A shared snapshot: the playground pre-filled; its trace replays on load."""
+async def permalink_page(
+    request: Request,
+    state: StateDep,
+    snapshot_id: str,
+    step: Annotated[int | None, Query(ge=0)] = None,
+) -> HTMLResponse:
+    """A shared snapshot: the playground pre-filled; its trace replays on load, inspected at
+    ``?step=`` (the step shared, outside the snapshot and its id) or at its last step."""
     try:
         snapshot, _ = await sharing.load(state, snapshot_id)
     except PermalinkNotFound:
@@ -127,6 +140,7 @@ async def permalink_page(request: Request, state: StateDep, snapshot_id: str) ->
         # While the model loads, the page shows; opening the session is 503.
         differences=sharing.differences(state, snapshot),
         shared_tests=snapshot.get("tests") or [],
+        shared_step=step,
     )
 
 
@@ -134,9 +148,12 @@ async def permalink_page(request: Request, state: StateDep, snapshot_id: str) ->
 async def open_permalink_fragment(
     request: Request, state: StateDep, snapshot_id: str
 ) -> HTMLResponse:
-    """The shared session reopened: every chip, the last step inspected, the status, the
-    footer. The form's ``model`` opens it on that model instead of its own."""
-    choice = open_choice(await request.form())
+    """The shared session reopened: every chip, the step shared inspected (the form's
+    ``step``; the last one without it, or past the end), the status, the footer. The form's
+    ``model`` opens it on that model instead of its own."""
+    form = await request.form()
+    choice = open_choice(form)
+    wanted = shared_step(form)
     snapshot, _ = await sharing.load(state, snapshot_id)
     handle = await sharing.open_snapshot(state, snapshot, model=choice.model)
     answer = await actions.step_response(state, handle, [])
@@ -147,6 +164,7 @@ async def open_permalink_fragment(
         footer(handle),
     ]
     if steps:
-        context = inspector_context(handle, steps[-1], oob=True)
+        at = len(steps) - 1 if wanted is None else min(wanted, len(steps) - 1)
+        context = inspector_context(handle, steps[at], oob=True)
         parts.append(("partials/_inspector.html", context))
     return fragments(state, *parts)
