@@ -64,6 +64,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         probing = asyncio.create_task(asyncio.to_thread(lambda: state.sandbox.level))
         sweeper = asyncio.create_task(sweep())
         yield
+        # First, and at once: a Doctor examination running must not hold the shutdown up.
+        state.pools.doctor_workers.close()
         sweeper.cancel()
         await probing
         if loading is not None:

@@ -80,10 +80,15 @@ class Judge:
 
     def value(self, value: Any) -> tuple[WitnessError, ...]:
         """The errors of a parsed document, in path order."""
-        errors = sorted(
-            error_list(self._validator, value),
-            key=lambda e: [str(part) for part in e.absolute_path],
-        )
+        try:
+            errors = sorted(
+                error_list(self._validator, value),
+                key=lambda e: [str(part) for part in e.absolute_path],
+            )
+        except (ArithmeticError, ValueError, RecursionError) as error:
+            # multipleOf on a number of hundreds of digits overflows a float, for one.
+            message = f"the validator cannot judge this document: {type(error).__name__}: {error}"
+            return (WitnessError("$", message),)
         return tuple(
             WitnessError(
                 format_path(e.absolute_path),
