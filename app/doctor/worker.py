@@ -28,7 +28,7 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -299,10 +299,20 @@ class DoctorWorkers:
         engine: the engine whose compiles (and tokenizer) the examinations use.
         settings: ``doctor_memory_mb`` and the limits the worker's engine knows.
         size: processes kept; examinations beyond it wait for the pool's threads anyway.
+        hard_limit: seconds an examination with a given ``budget_ms`` may run before its
+            process is killed.
     """
 
-    def __init__(self, engine: AnyEngine, settings: Settings, *, size: int = RUNNING_AT_ONCE):
+    def __init__(
+        self,
+        engine: AnyEngine,
+        settings: Settings,
+        *,
+        size: int = RUNNING_AT_ONCE,
+        hard_limit: Callable[[int], float] = hard_limit_s,
+    ):
         self._engine = engine
+        self._hard_limit = hard_limit
         self._settings = settings
         self._size = size
         self._setup: dict[str, Any] | None = None
@@ -362,7 +372,7 @@ class DoctorWorkers:
         self, worker: _Process, pydantic: PydanticSource | None, budget_ms: int, stop: Stop | None
     ) -> tuple[Any, ...]:
         """Answer the worker's calls until it answers; kill it on a stop or past the limit."""
-        limit = hard_limit_s(budget_ms)
+        limit = self._hard_limit(budget_ms)
         deadline = time.monotonic() + limit
         send_lock = threading.Lock()
         while True:
