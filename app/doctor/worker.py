@@ -56,6 +56,7 @@ _STARTUP_TIMEOUT_S = 300.0
 _POLL_S = 0.05
 _M_ARENA_MAX = -8
 _ARENAS = 2
+_SHUTTING_DOWN = "the server is shutting down: the Doctor's examination was stopped"
 
 
 def hard_limit_s(budget_ms: int) -> float:
@@ -363,6 +364,8 @@ class DoctorWorkers:
             answer = self._serve(worker, pydantic, budget_ms, stop)
             handed_back = True
         except (EOFError, OSError):
+            if self._closed:  # killed by close(), not by what it was examining
+                raise NotReady(_SHUTTING_DOWN) from None
             raise self._died(worker) from None
         finally:
             self._release(worker, keep=handed_back)
@@ -377,7 +380,7 @@ class DoctorWorkers:
         send_lock = threading.Lock()
         while True:
             if self._closed:
-                raise NotReady("the server is shutting down: the Doctor's examination stopped")
+                raise NotReady(_SHUTTING_DOWN)
             if stop is not None and stop.is_set():
                 raise RequestEnded("the client left: the Doctor's examination was stopped")
             if time.monotonic() > deadline:
