@@ -75,7 +75,7 @@ class Combinations:
         rng = self.rng
         kind = rng.choice(["string", "integer", "number", "boolean", "null", None])
         node: dict[str, Any] = {} if kind is None else {"type": kind}
-        extras: list[tuple[str, Any]] = {
+        table: dict[str, list[tuple[str, Any]]] = {
             "string": [
                 ("minLength", rng.randint(0, 4)),
                 ("maxLength", rng.randint(4, 12)),
@@ -93,7 +93,9 @@ class Combinations:
                 ("maximum", rng.choice([1, 2.5, 1e300])),
                 ("multipleOf", rng.choice([0.25, 0.1])),
             ],
-        }.get(kind or "", [("enum", [0, "a", None]), ("const", 1), ("not", {"const": 0})])
+        }
+        untyped = [("enum", [0, "a", None]), ("const", 1), ("not", {"const": 0})]
+        extras = table.get(kind or "", untyped)
         for key, value in rng.sample(extras, rng.randint(0, len(extras))):
             node[key] = value
         return node
