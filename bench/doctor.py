@@ -184,7 +184,9 @@ def main() -> None:
     settings = Settings()
     engine = Engine.load(settings)
     try:
-        with TestClient(create_app(settings, engine=engine)) as client:
+        # localhost: a Host the server answers to (testserver is refused, DNS rebinding).
+        app = create_app(settings, engine=engine)
+        with TestClient(app, base_url="http://localhost") as client:
             bench = Bench(client, args.budget_ms)
             print(f"hard limit at this budget: {hard_limit_s(args.budget_ms):g} s")
             ms, status, _ = bench.schema({"type": "integer"})

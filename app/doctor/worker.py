@@ -466,7 +466,11 @@ class DoctorWorkers:
         with self._lock:
             if self._closed:
                 raise NotReady("the server is shutting down: the Doctor takes no more work")
-            worker = self._idle.pop() if self._idle else None
+            # One that has started first (a replacement may still be importing its libraries).
+            ranked = sorted(self._idle, key=lambda p: not (p.ready or p.conn.poll()))
+            worker = ranked[0] if ranked else None
+            if worker is not None:
+                self._idle.remove(worker)
             if worker is None:
                 if self._setup is None:
                     self._setup = _setup(self._engine.model.tokens)
