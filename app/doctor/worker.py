@@ -281,6 +281,13 @@ class _Process:
         self.process.start()
         child.close()
         self.ready = False
+        # One lock per pipe: a late answer to an earlier examination's call (a slow compile it
+        # gave up on) must not interleave its bytes with the next examination's messages.
+        self._send_lock = threading.Lock()
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        with self._send_lock:
+            self.conn.send(message)
 
     @property
     def pid(self) -> int:
@@ -360,7 +367,7 @@ class DoctorWorkers:
                    "max_tokens": max_tokens}  # fmt: skip
         handed_back = False
         try:
-            worker.conn.send(("examine", request))
+            worker.send(("examine", request))
             answer = self._serve(worker, pydantic, budget_ms, stop)
             handed_back = True
         except (EOFError, OSError):
@@ -377,7 +384,6 @@ class DoctorWorkers:
         """Answer the worker's calls until it answers; kill it on a stop or past the limit."""
         limit = self._hard_limit(budget_ms)
         deadline = time.monotonic() + limit
-        send_lock = threading.Lock()
         while True:
             if self._closed:
                 raise NotReady(_SHUTTING_DOWN)
@@ -396,13 +402,12 @@ class DoctorWorkers:
             message = worker.conn.recv()
             if message[0] != "call":
                 return cast(tuple[Any, ...], message)
-            call = functools.partial(self._answer, worker, send_lock, pydantic, *message[1:])
+            call = functools.partial(self._answer, worker, pydantic, *message[1:])
             self._calls.submit(call)
 
     def _answer(
         self,
         worker: _Process,
-        send_lock: threading.Lock,
         pydantic: PydanticSource | None,
         call_id: int,
         op: str,
@@ -416,8 +421,7 @@ class DoctorWorkers:
             log.exception("the Doctor's %s call failed", op)
             payload, ok = carried(GrammarTooComplex(f"the Doctor's {op} failed: {error}")), False
         try:
-            with send_lock:
-                worker.conn.send(("reply", call_id, ok, payload))
+            worker.send(("reply", call_id, ok, payload))
         except (OSError, ValueError):  # the worker was killed meanwhile
             pass
 
