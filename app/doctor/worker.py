@@ -114,6 +114,8 @@ class _Link:
                 message = self._conn.recv()
             except (EOFError, OSError):  # the server is gone: nobody wants this work any more
                 os._exit(0)
+            except Exception:  # a garbled message: die, the server then says so (never waits)
+                os._exit(1)
             if message[0] == "reply":
                 _, call_id, ok, payload = message
                 future = self._calls.pop(call_id)
