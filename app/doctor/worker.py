@@ -361,7 +361,7 @@ class DoctorWorkers:
             NotReady: the workers are shut down (the server is stopping).
         """
         self._engine.compile(spec)
-        worker = self._take()
+        worker = self._take(stop)
         if stop is not None:
             stop.pid = worker.pid
         request = {"spec": spec, "seed": seed, "budget_ms": budget_ms,
@@ -467,7 +467,7 @@ class DoctorWorkers:
             "(MASKSCOPE_DOCTOR_MEMORY_MB)"
         )
 
-    def _take(self) -> _Process:
+    def _take(self, stop: Stop | None) -> _Process:
         """An idle process, or a new one; waits until it is ready."""
         with self._lock:
             if self._closed:
@@ -484,24 +484,33 @@ class DoctorWorkers:
             self._busy.add(worker)
         try:
             if not worker.ready:
-                self._wait_ready(worker)
+                self._wait_ready(worker, stop)
         except BaseException:
             self._release(worker, keep=False)
             raise
         return worker
 
-    def _wait_ready(self, worker: _Process) -> None:
+    def _wait_ready(self, worker: _Process, stop: Stop | None) -> None:
         deadline = time.monotonic() + _STARTUP_TIMEOUT_S
         while not worker.conn.poll(_POLL_S):
             if self._closed:
                 raise NotReady("the server is shutting down: the Doctor takes no more work")
+            if stop is not None and stop.is_set():
+                raise RequestEnded("the client left while the Doctor's process was starting")
             if not worker.process.is_alive() and not worker.conn.poll():
                 raise GrammarTooComplex(
                     f"the Doctor's process did not start (exit code {worker.process.exitcode})"
                 )
             if time.monotonic() > deadline:
                 raise GrammarTooComplex("the Doctor's process did not start in time")
-        worker.conn.recv()
+        try:
+            worker.conn.recv()
+        except (EOFError, OSError):  # killed while starting (by close()), or it crashed
+            if self._closed:
+                raise NotReady(_SHUTTING_DOWN) from None
+            code = worker.process.exitcode
+            message = f"the Doctor's process did not start (exit code {code})"
+            raise GrammarTooComplex(message) from None
         worker.ready = True
 
     def _release(self, worker: _Process, *, keep: bool) -> None:

@@ -4,9 +4,9 @@ worker process with it, and the app's shutdown kills a running examination."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,6 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from fastapi import FastAPI
-from fastapi.testclient import TestClient
 
 from app.engine import Engine
 from app.main import create_app
@@ -102,22 +101,24 @@ def test_a_client_that_leaves_kills_its_worker(url: str, state: AppState) -> Non
 def test_the_app_shutdown_kills_a_running_examination(engine: Engine) -> None:
     app = create_app(Settings(), engine=engine)
     state: AppState = app.state.maskscope
-    ended: list[object] = []
 
-    def ask(client: TestClient) -> None:
-        try:
-            ended.append(client.post("/api/doctor", json=doctor_body(ANCHOR, budget_ms=20_000)))
-        except Exception as error:  # the app answered 503 as the test client closed
-            ended.append(error)
+    async def scenario() -> httpx.Response:
+        # The lifespan and the request on one event loop (no test client's threads between).
+        lifespan = app.router.lifespan_context(app)
+        await lifespan.__aenter__()
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            body = doctor_body(ANCHOR, budget_ms=20_000)
+            asking = asyncio.ensure_future(client.post("/api/doctor", json=body))
+            while not state.pools.doctor_workers.busy_pids:
+                assert not asking.done(), asking.result().text
+                await asyncio.sleep(0.05)
+            [pid] = state.pools.doctor_workers.busy_pids
+            # The examination would run 35 s: the shutdown ends it at once.
+            await asyncio.wait_for(lifespan.__aexit__(None, None, None), timeout=60)
+            assert gone(pid)
+            return await asyncio.wait_for(asking, timeout=60)
 
-    with TestClient(app) as client:
-        asking = threading.Thread(target=ask, args=(client,), daemon=True)
-        asking.start()
-        wait_for(lambda: bool(state.pools.doctor_workers.busy_pids))
-        [pid] = state.pools.doctor_workers.busy_pids
-    # The lifespan's shutdown has run: the examination (35 s otherwise) is gone with it.
-    assert gone(pid)
-    asking.join(timeout=30)
-    assert ended, "the request is still running"
-    status = getattr(ended[0], "status_code", None)  # the test client's own response class
-    assert status in (None, 503), ended[0]
+    answer = asyncio.run(scenario())
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["code"] == "not_ready"
