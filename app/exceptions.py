@@ -210,6 +210,12 @@ class ReplayTooLong(TooLarge):
     """A text or token list longer than a replay may walk."""
 
 
+class RequestEnded(MaskscopeError):
+    """The client left before the answer was ready, and the work for it was stopped."""
+
+    code = "request_ended"
+
+
 class PermalinkNotFound(MaskscopeError):
     """No permalink has this id."""
 

@@ -77,6 +77,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         yield
         # Begun already by a SIGTERM to `python -m app serve`; not by other servers' stops.
         state.shutdown.begin()
+        # First, and at once: a Doctor examination running must not hold the shutdown up.
+        state.pools.doctor_workers.close()
         sweeper.cancel()
         await probing
         if loading is not None:

@@ -138,6 +138,8 @@ class Settings(BaseSettings):
         sandbox_cpu_s: CPU seconds a sandbox process may use.
         sandbox_memory_mb: memory a sandbox process may map.
         sandbox_timeout_s: wall-clock limit of a sandbox process.
+        doctor_memory_mb: memory a Doctor worker process may map beyond what it holds once
+            started (its libraries and the tokenizer); an examination needing more is a 422.
         sandbox_allow_weak_containment: the weakest containment level of the Pydantic sandbox
             accepted below ``full``: ``seccomp`` (no Landlock) or ``none``; unset, Pydantic
             sources are refused unless the kernel contains the sandbox fully.
@@ -192,6 +194,7 @@ class Settings(BaseSettings):
     sandbox_cpu_s: int = Field(default=5, ge=1, le=60)
     sandbox_memory_mb: int = Field(default=1024, ge=256)
     sandbox_timeout_s: float = Field(default=15.0, gt=0)
+    doctor_memory_mb: int = Field(default=2048, ge=256)
     sandbox_allow_weak_containment: Literal["seccomp", "none"] | None = None
     queue_max: int = Field(default=16, ge=0, le=1024)
     queue_max_per_client: int = Field(default=4, ge=1, le=1024)

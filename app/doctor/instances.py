@@ -17,7 +17,23 @@ from typing import Any
 from app.doctor.keywords import resolve_ref
 from app.doctor.regex_sample import Unsupported, sample_regex
 
-__all__ = ["GiveUp", "InstanceDrawer", "Undeclared", "without_undeclared"]
+__all__ = [
+    "MAX_CHARS",
+    "MAX_ITEMS",
+    "MAX_VALUES",
+    "GiveUp",
+    "InstanceDrawer",
+    "TooLarge",
+    "Undeclared",
+    "without_undeclared",
+]
+
+#: The size caps of a drawn document, checked before anything is allocated: characters in one
+#: string, items of one array (or properties of one object), strings' characters and values in
+#: the whole document. ``"minLength": 1000000000`` is reported, never built.
+MAX_CHARS = 10_000
+MAX_ITEMS = 1_000
+MAX_VALUES = 100_000
 
 _FORMATS = {
     "date-time": "2024-05-17T09:30:00Z",
@@ -51,6 +67,10 @@ _SHALLOW = 5
 
 class GiveUp(Exception):
     """This draw cannot satisfy the schema (a false subschema, too deep, a pattern not drawn)."""
+
+
+class TooLarge(GiveUp):
+    """The document this draw asks for is above a size cap; the message names the keyword."""
 
 
 class Undeclared(dict[str, Any]):
@@ -100,6 +120,19 @@ class InstanceDrawer:
         self._root = schema
         self._rng = rng
         self._extras = extras
+        self._size = 0
+
+    def _grow(self, amount: int, keyword: str, cap: int) -> None:
+        """Count ``amount`` more characters or values, refusing one item above ``cap`` or a
+        document above ``MAX_VALUES`` (before they are made)."""
+        if amount > cap:
+            raise TooLarge(f"{keyword} asks for {amount} (the Doctor builds at most {cap})")
+        self._size += amount
+        if self._size > MAX_VALUES:
+            raise TooLarge(
+                f"{keyword}: the document would hold over {MAX_VALUES} characters and values "
+                "(the Doctor builds no larger one)"
+            )
 
     def draw(self) -> Any:
         """One document; GiveUp when this draw cannot satisfy the schema."""
@@ -157,6 +190,7 @@ class InstanceDrawer:
         for name in sorted(required - set(out)):
             out[name] = self._any(additional if additional is not False else True, depth + 1)
         want, limit = int(node.get("minProperties", 0)), int(node.get("maxProperties", 1 << 30))
+        self._grow(max(want, len(out)), "minProperties", MAX_ITEMS)
         open_object = additional is not False and "patternProperties" not in node
         open_object = open_object and node.get("unevaluatedProperties", True) is not False
         while open_object and len(out) < limit:
@@ -171,6 +205,7 @@ class InstanceDrawer:
         prefix = node.get("prefixItems") or []
         low = int(node.get("minItems", 0))
         high = int(node.get("maxItems", low + (3 if depth < _SHALLOW else 0)))
+        self._grow(low, "minItems", MAX_ITEMS)
         count = self._rng.randint(low, max(low, min(high, low + 3)))
         items = node.get("items", True)
         out: list[Any] = []
@@ -190,6 +225,7 @@ class InstanceDrawer:
 
     def _string(self, node: dict[str, Any], depth: int) -> str:
         low, high = int(node.get("minLength", 0)), node.get("maxLength")
+        self._grow(low, "minLength", MAX_CHARS)
         if isinstance(node.get("pattern"), str):
             try:
                 text = sample_regex(node["pattern"], self._rng, max_length=high)

@@ -205,12 +205,15 @@ class Search:
     ms: float
     cut_short: bool
     unchecked_formats: tuple[str, ...] = ()
+    #: Keywords whose documents would pass the size caps, so were not built (in words).
+    too_large: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, with ``documents`` the total of both directions."""
         out = dataclasses.asdict(self)
         out["documents"] = self.grammar_documents + self.schema_documents
         out["unchecked_formats"] = list(self.unchecked_formats)
+        out["too_large"] = list(self.too_large)
         return out
 
 

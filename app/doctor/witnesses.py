@@ -23,7 +23,13 @@ from typing import Any
 import numpy as np
 import xgrammar as xgr
 
-from app.doctor.instances import GiveUp, InstanceDrawer, Undeclared, without_undeclared
+from app.doctor.instances import (
+    GiveUp,
+    InstanceDrawer,
+    TooLarge,
+    Undeclared,
+    without_undeclared,
+)
 from app.doctor.judge import Judge, WitnessError
 from app.doctor.keywords import subschemas
 from app.doctor.records import Direction, Refusal, Search, Witness
@@ -147,6 +153,7 @@ class _Search:
         self.start = time.perf_counter()
         self.deadline = self.start + budget_ms / 1000
         self.validate_many = validate_many
+        self.too_large: dict[str, None] = {}
         self.walker = Walker(
             grammar.compiled, tokens, vocab, json_output=True, literals=literals(schema)
         )
@@ -172,6 +179,7 @@ class _Search:
             ms=(time.perf_counter() - self.start) * 1000,
             cut_short=cut or cut_drawing,
             unchecked_formats=tuple(self.judge.unchecked_formats()),
+            too_large=tuple(self.too_large),
         )
         witnesses = _pick([w for w in accepts if w is not None]) + _pick(refusals)
         shortest = min(walked, key=lambda w: (w.tokens, len(w.text)), default=None)
@@ -226,6 +234,9 @@ class _Search:
     def _draw(self, index: int) -> Any:
         try:
             value = InstanceDrawer(self.schema, random.Random(f"{self.seed}/schema/{index}")).draw()
+        except TooLarge as refused:
+            self.too_large[str(refused)] = None
+            return None
         except (GiveUp, RecursionError):
             return None
         return None if self.judge.value(value) else value

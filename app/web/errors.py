@@ -50,6 +50,7 @@ STATUS: dict[type[exc.MaskscopeError], int] = {
     exc.EngineUnreachable: 502,
     exc.EngineError: 502,
     exc.EngineTimeout: 504,
+    exc.RequestEnded: 499,  # nginx's "client closed request": nobody reads it
 }
 
 

@@ -26,6 +26,7 @@ from typing import ParamSpec, TypeVar, cast
 import anyio
 
 from app.doctor.doctor import RUNNING_AT_ONCE
+from app.doctor.worker import DoctorProcesses
 from app.exceptions import CapacityExceeded, MaskscopeError, ShuttingDown
 from app.settings import Settings
 from app.web.clients import current_client
@@ -253,7 +254,9 @@ class Pools:
         sandbox: waiting for a Pydantic sandbox process.
         replays: walking a text through a grammar (CPU in this process).
         doctors: the Doctor's examinations (a few seconds each: compiles, the witness search,
-            a sandbox batch).
+            a sandbox batch); each thread waits for one of ``doctor_workers``.
+        doctor_workers: the processes the Doctor examines in (killable, memory-capped);
+            ``doctor_workers.close()`` kills them at once.
     """
 
     steps: WorkPool
@@ -261,6 +264,7 @@ class Pools:
     sandbox: WorkPool
     replays: WorkPool
     doctors: WorkPool
+    doctor_workers: DoctorProcesses
 
     @classmethod
     def create(cls, settings: Settings) -> Pools:
@@ -276,6 +280,7 @@ class Pools:
             sandbox=bounded("sandbox run", threads=settings.sandbox_workers, label="sandbox"),
             replays=bounded("replay", threads=settings.compile_workers),
             doctors=bounded("examination", threads=RUNNING_AT_ONCE, label="doctor"),
+            doctor_workers=DoctorProcesses(settings),
         )
 
     def all(self) -> tuple[WorkPool, ...]:
@@ -283,6 +288,7 @@ class Pools:
         return (self.steps, self.compiles, self.sandbox, self.replays, self.doctors)
 
     def shutdown(self) -> None:
-        """Shut every pool down."""
+        """Shut every pool down; the Doctor's processes are killed at once."""
+        self.doctor_workers.close()
         for pool in self.all():
             pool.shutdown()

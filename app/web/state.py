@@ -68,8 +68,7 @@ class AppState:
         render.install(self.templates.env)
         # SIGTERM (app/cli/serve.py): streams end after their step in flight, no new work is
         # taken, and the worker processes die, so the calls waiting for them end at once (the
-        # sandbox's, process-wide, are serve's hook). The Doctor's own cancellation is one more
-        # hook when it has one: self.shutdown.add_hook("doctor", ...).
+        # sandbox's, process-wide, are serve's hook; the Doctor's go with the pools).
         self.shutdown = Shutdown()
         self.shutdown.add_hook("pools", self.pools.shutdown)
         self.shutdown.add_hook("compile workers", self._close_compiler)

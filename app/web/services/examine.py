@@ -1,17 +1,28 @@
-"""Examining a grammar with the Doctor, for ``POST /api/doctor`` and the page's Doctor tab."""
+"""Examining a grammar with the Doctor, for ``POST /api/doctor`` and the page's Doctor tab.
+
+The examination runs in one of the Doctor's worker processes (:mod:`app.doctor.worker`), waited
+for on a thread of the ``doctors`` pool; the process is killed when the request ends (its client
+left, or the request was cancelled), so no core stays busy for nobody.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import functools
+from collections.abc import Awaitable, Callable
 from typing import TypedDict
 
-from app.doctor import Doctor, DoctorReport, PydanticSource, Status
+from app.doctor import DoctorReport, PydanticSource, Status
+from app.doctor.worker import Stop
 from app.engine import AnyEngine
 from app.web.bodies import DoctorIn
 from app.web.services import actions
 from app.web.state import AppState
 
 __all__ = ["EditorMark", "editor_marks", "examine"]
+
+#: How often a running examination looks whether its client is still there.
+_WATCH_S = 0.25
 
 
 class EditorMark(TypedDict):
@@ -22,22 +33,62 @@ class EditorMark(TypedDict):
     message: str
 
 
-async def examine(state: AppState, engine: AnyEngine, body: DoctorIn) -> DoctorReport:
-    """Resolve the grammar request (Pydantic through the sandbox) and examine it off the loop."""
+async def examine(
+    state: AppState,
+    engine: AnyEngine,
+    body: DoctorIn,
+    *,
+    disconnected: Callable[[], Awaitable[bool]] | None = None,
+) -> DoctorReport:
+    """Resolve the grammar request (Pydantic through the sandbox) and examine it in a worker
+    process, stopped when the request ends.
+
+    Args:
+        state: the app's state (its pools and the Doctor's processes).
+        engine: the engine whose tokenizer and compiles are examined.
+        body: the request.
+        disconnected: whether the client has left (``Request.is_disconnected``); polled while
+            the examination runs.
+
+    Raises:
+        GrammarError: the request does not compile, or (``GrammarTooComplex``) the examination
+            ran past its hard time or memory limit.
+        RequestEnded: the client left; the examination was stopped.
+    """
     resolved = await actions.resolve(state, body.grammar)
     pydantic = None
     if resolved.pydantic is not None:
         source, root_model = body.grammar.source, body.grammar.options.root_model
         validate = functools.partial(state.sandbox.validate_many, source, root_model)
         pydantic = PydanticSource(source, resolved.pydantic.root, validate)
-    return await state.pools.doctors.run(
-        Doctor.of(engine).examine,
-        resolved.spec,
-        seed=body.seed,
-        budget_ms=body.budget_ms,
-        pydantic=pydantic,
-        max_tokens=body.max_tokens,
+    stop = Stop()
+    job = asyncio.ensure_future(
+        state.pools.doctors.run(
+            state.pools.doctor_workers.of(engine).examine,
+            resolved.spec,
+            seed=body.seed,
+            budget_ms=body.budget_ms,
+            pydantic=pydantic,
+            max_tokens=body.max_tokens,
+            stop=stop,
+        )
     )
+    try:
+        while True:
+            done, _ = await asyncio.wait({job}, timeout=_WATCH_S)
+            if done:
+                return job.result()
+            if disconnected is not None and await disconnected():
+                stop.set()
+    finally:
+        if not job.done():  # cancelled: the process goes now, its thread soon after
+            stop.set()
+            job.add_done_callback(_retrieved)
+
+
+def _retrieved(job: asyncio.Future[DoctorReport]) -> None:
+    if not job.cancelled():
+        job.exception()  # the caller is gone; nobody else will look
 
 
 def editor_marks(report: DoctorReport) -> list[EditorMark]:

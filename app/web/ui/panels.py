@@ -46,7 +46,7 @@ async def doctor_fragment(request: Request, state: StateDep) -> Response:
         return Response(status_code=204)
     context: dict[str, Any] = {"max_tokens": body.max_tokens}
     try:
-        report = await examine(state, engine, body)
+        report = await examine(state, engine, body, disconnected=request.is_disconnected)
         marks = editor_marks(report)
         flagged = len(report.findings)  # causes, not documents: stable with the budget
         context.update(report=report, marks=marks, flagged=flagged)
