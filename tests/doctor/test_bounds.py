@@ -29,6 +29,17 @@ HUGE_ARRAYS = {
 }
 #: Examined for minutes on aa2ae5c (a loop over the ``$anchor``), so it runs until stopped.
 ANCHOR = {"$ref": "#bigint", "$defs": {"bigint": {"$anchor": "bigint", "maximum": 10}}}
+#: Examined for several seconds (60 bounded arrays of unique items, each keyword proven): long
+#: enough to be stopped while it runs.
+SLOW = {
+    "type": "object",
+    "properties": {
+        f"p{i}": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 100},
+                  "maxItems": 3, "uniqueItems": True}
+        for i in range(60)
+    },
+    "required": [f"p{i}" for i in range(60)],
+}  # fmt: skip
 
 
 def spec(schema: Any) -> GrammarSpec:
@@ -158,7 +169,7 @@ def run_in_thread(pool: DoctorWorkers, schema: Any, stop: Stop, budget_ms: int) 
 
 def test_a_stop_kills_the_worker_at_once(workers: DoctorWorkers) -> None:
     stop = Stop()
-    outcome = run_in_thread(workers, ANCHOR, stop, budget_ms=20_000)
+    outcome = run_in_thread(workers, SLOW, stop, budget_ms=20_000)
     wait_for(lambda: stop.pid is not None and stop.pid in workers.busy_pids)
     pid = stop.pid
     assert pid is not None
@@ -174,7 +185,7 @@ def test_past_the_hard_limit_the_worker_is_killed(engine: Engine) -> None:
     try:
         stop = Stop()
         with pytest.raises(GrammarTooComplex, match="hard limit"):
-            pool.examine(spec(ANCHOR), seed=0, budget_ms=2000, pydantic=None, max_tokens=None,
+            pool.examine(spec(SLOW), seed=0, budget_ms=2000, pydantic=None, max_tokens=None,
                          stop=stop)  # fmt: skip
         assert stop.pid is not None and gone(stop.pid)
     finally:
@@ -184,7 +195,7 @@ def test_past_the_hard_limit_the_worker_is_killed(engine: Engine) -> None:
 def test_close_kills_a_running_examination(engine: Engine) -> None:
     pool = DoctorWorkers(engine, Settings())
     stop = Stop()
-    outcome = run_in_thread(pool, ANCHOR, stop, budget_ms=20_000)
+    outcome = run_in_thread(pool, SLOW, stop, budget_ms=20_000)
     wait_for(lambda: stop.pid is not None and stop.pid in pool.busy_pids)
     pid = stop.pid
     assert pid is not None

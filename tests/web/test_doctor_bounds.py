@@ -21,7 +21,7 @@ from app.main import create_app
 from app.settings import Settings
 from app.web.state import AppState
 from tests.conftest import served
-from tests.doctor.test_bounds import ANCHOR, HUGE_ARRAYS, HUGE_STRING, gone, wait_for
+from tests.doctor.test_bounds import ANCHOR, HUGE_ARRAYS, HUGE_STRING, SLOW, gone, wait_for
 
 #: The server may grow by this much over both hostile requests (it reached 21.9 GB on aa2ae5c).
 RSS_BOUND = 500 * 1024 * 1024
@@ -75,15 +75,12 @@ def test_a_huge_multiple_of_on_integers_is_no_500(url: str) -> None:
 
 def test_the_anchor_schema_answers_and_leaves_no_worker_running(url: str, state: AppState) -> None:
     answer = httpx.post(f"{url}/api/doctor", json=doctor_body(ANCHOR), timeout=120)
-    if answer.status_code != 200:  # the examination still loops: stopped at its hard limit
-        assert answer.status_code == 422, answer.text
-        assert answer.json()["error"]["code"] == "grammar_too_complex"
-        assert "hard limit" in answer.json()["error"]["message"]
+    assert answer.status_code == 200, answer.text
     assert state.pools.doctor_workers.busy_pids == []
 
 
 def test_a_client_that_leaves_kills_its_worker(url: str, state: AppState) -> None:
-    body = json.dumps(doctor_body(ANCHOR, budget_ms=20_000)).encode()
+    body = json.dumps(doctor_body(SLOW, budget_ms=20_000)).encode()
     address = urlsplit(url)
     request = (
         f"POST /api/doctor HTTP/1.1\r\nHost: {address.netloc}\r\n"
@@ -93,7 +90,7 @@ def test_a_client_that_leaves_kills_its_worker(url: str, state: AppState) -> Non
         client.sendall(request)
         wait_for(lambda: bool(state.pools.doctor_workers.busy_pids))
         [pid] = state.pools.doctor_workers.busy_pids
-    # The examination would run for 35 s (20 s budget): its process goes as the client does.
+    # The examination would run for seconds more: its process goes as the client does.
     wait_for(lambda: gone(pid), seconds=15)
     wait_for(lambda: state.pools.doctors.pending == 0, seconds=15)
 
@@ -108,13 +105,13 @@ def test_the_app_shutdown_kills_a_running_examination(engine: Engine) -> None:
         await lifespan.__aenter__()
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            body = doctor_body(ANCHOR, budget_ms=20_000)
+            body = doctor_body(SLOW, budget_ms=20_000)
             asking = asyncio.ensure_future(client.post("/api/doctor", json=body))
             while not state.pools.doctor_workers.busy_pids:
                 assert not asking.done(), asking.result().text
                 await asyncio.sleep(0.05)
             [pid] = state.pools.doctor_workers.busy_pids
-            # The examination would run 35 s: the shutdown ends it at once.
+            # The examination would run for seconds more: the shutdown ends it at once.
             await asyncio.wait_for(lifespan.__aexit__(None, None, None), timeout=60)
             assert gone(pid)
             return await asyncio.wait_for(asking, timeout=60)

@@ -15,6 +15,7 @@ import httpx
 
 from tests.app_process import AppProcess
 from tests.conftest import free_port
+from tests.doctor.test_bounds import SLOW
 
 # Long enough to be running when the signal comes: a string of 3000 characters at least, a
 # Doctor given 20 s, a regex whose automaton takes seconds to build.
@@ -23,19 +24,7 @@ _LONG_RUN = {
     "raw_prompt": "A long string: ",
     "max_tokens": 4000,
 }
-_DOCTOR = {
-    "grammar": {
-        "kind": "json_schema",
-        "source": json.dumps(
-            {
-                "type": "object",
-                "properties": {"tags": {"type": "array", "items": {"type": "string"}}},
-                "required": ["tags"],
-            }
-        ),
-    },
-    "budget_ms": 20000,
-}
+_DOCTOR = {"grammar": {"kind": "json_schema", "source": json.dumps(SLOW)}, "budget_ms": 20000}
 _SLOW_COMPILE = {"kind": "regex", "source": "[a-z]{1,3000}[0-9]{1,3000}[a-z]{1,3000}"}
 _PERMALINK = {
     "grammar": {"kind": "regex", "source": "(yes|no)"},
