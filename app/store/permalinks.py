@@ -97,6 +97,20 @@ class SqliteStore(SnapshotStore):
             ).fetchone()
         return None if found is None else StoredRow(found[0], found[1], float(found[2]))
 
+    def _update_records(self, snapshot_id: str, text: str) -> bool:
+        with self._connect() as db:
+            updated: int = db.execute(
+                "UPDATE snapshots SET records = ? WHERE id = ?", (text, snapshot_id)
+            ).rowcount
+        return updated > 0
+
+    def _select_records(self, snapshot_id: str) -> str | None:
+        with self._connect() as db:
+            found = db.execute(
+                "SELECT records FROM snapshots WHERE id = ?", (snapshot_id,)
+            ).fetchone()
+        return None if found is None else found[0]
+
     def rows(self, *, batch: int = 500) -> Iterator[StoredRow]:
         """Every stored row, oldest first, read ``batch`` at a time."""
         after: tuple[float, str] = (float("-inf"), "")

@@ -148,6 +148,20 @@ class PostgresStore(SnapshotStore):
             ).fetchone()
         return None if found is None else StoredRow(found[0], found[1], float(found[2]))
 
+    def _update_records(self, snapshot_id: str, text: str) -> bool:
+        with self._connection() as conn:
+            cursor = conn.execute(
+                "UPDATE snapshots SET records = %s WHERE id = %s", (text, snapshot_id)
+            )
+            return cursor.rowcount > 0
+
+    def _select_records(self, snapshot_id: str) -> str | None:
+        with self._connection() as conn:
+            found = conn.execute(
+                "SELECT records FROM snapshots WHERE id = %s", (snapshot_id,)
+            ).fetchone()
+        return None if found is None else found[0]
+
     def rows(self, *, batch: int = 500) -> Iterator[StoredRow]:
         """Every stored row, oldest first, read ``batch`` at a time."""
         after: tuple[float, str] = (float("-inf"), "")
