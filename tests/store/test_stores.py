@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -208,10 +209,13 @@ def test_the_sqlite_default_needs_no_postgresql_driver(tmp_path: Path) -> None:
 
 
 def test_a_recorded_trace_is_kept_beside_the_snapshot_outside_its_id(store: SnapshotStore) -> None:
-    content = {"request": {"a": 1}, "actions": [{"op": "step", "n": 2}]}
+    content: dict[str, Any] = {"request": {"a": 1}, "actions": [{"op": "step", "n": 2}]}
     snapshot_id, _ = store.put(content)
     assert store.get_records(snapshot_id) is None  # nothing recorded yet: an older permalink
-    records = [{"index": 0, "token_id": 90, "token_text": '{"', "prob": 0.5}, {"index": 1}]
+    records: list[dict[str, Any]] = [
+        {"index": 0, "token_id": 90, "token_text": '{"', "prob": 0.5},
+        {"index": 1},
+    ]
     assert store.put_records(snapshot_id, records)
     assert store.get_records(snapshot_id) == records
     assert snapshot_id == canonical_id(canonical_json(content))  # the id hashes content only
