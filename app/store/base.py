@@ -45,11 +45,13 @@ def canonical_id(text: str, length: int = 12) -> str:
 
 @dataclass(frozen=True)
 class StoredRow:
-    """A snapshot as stored: its id, its canonical JSON text, its creation time (Unix s)."""
+    """A snapshot as stored: its id, its canonical JSON text, its creation time (Unix s), and
+    its recorded trace's JSON text (None when none was kept)."""
 
     id: str
     content: str
     created_at: float
+    records: str | None = None
 
 
 class Added(Enum):

@@ -168,14 +168,14 @@ class PostgresStore(SnapshotStore):
         while True:
             with self._connection() as conn:
                 page = conn.execute(
-                    "SELECT id, content, created_at FROM snapshots "
+                    "SELECT id, content, created_at, records FROM snapshots "
                     "WHERE (created_at, id) > (%s, %s) ORDER BY created_at, id LIMIT %s",
                     (after[0], after[1], batch),
                 ).fetchall()
             if not page:
                 return
-            for snapshot_id, content, created_at in page:
-                yield StoredRow(snapshot_id, content, float(created_at))
+            for snapshot_id, content, created_at, records in page:
+                yield StoredRow(snapshot_id, content, float(created_at), records)
             after = (float(page[-1][2]), page[-1][0])
 
     def add_rows(self, rows: Sequence[StoredRow]) -> list[Added]:
@@ -184,9 +184,9 @@ class PostgresStore(SnapshotStore):
         with self._connection() as conn, conn.transaction():
             for row in rows:
                 cursor = conn.execute(
-                    "INSERT INTO snapshots (id, content, created_at) VALUES (%s, %s, %s) "
-                    "ON CONFLICT (id) DO NOTHING",
-                    (row.id, row.content, row.created_at),
+                    "INSERT INTO snapshots (id, content, created_at, records) "
+                    "VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                    (row.id, row.content, row.created_at, row.records),
                 )
                 if cursor.rowcount:
                     outcomes.append(Added.NEW)
