@@ -403,6 +403,7 @@ def test_p12_a_permalink_paints_its_recorded_trace_before_the_live_session(
             )
             < 1
         )  # greyed until replaced
+        _shot(page, "page-12-recorded-trace-1440")
         held[0].continue_()
     finally:
         page.unroute("**/ui/permalinks/*/open")
