@@ -70,6 +70,12 @@
     });
     // After each successful compile: the schema or the options changed, the verdicts may too.
     document.body.addEventListener("doctor", run);
+    // A kind change or an example loaded (static/playground/config.js): the tests were written
+    // for the old setup and go with it.
+    document.body.addEventListener("setup-replaced", () => {
+      tests.length = 0;
+      run();
+    });
   });
 
   // What Share sends: the tests without their old verdicts (the server judges them again).

@@ -45,11 +45,13 @@ def canonical_id(text: str, length: int = 12) -> str:
 
 @dataclass(frozen=True)
 class StoredRow:
-    """A snapshot as stored: its id, its canonical JSON text, its creation time (Unix s)."""
+    """A snapshot as stored: its id, its canonical JSON text, its creation time (Unix s), and
+    its recorded trace's JSON text (None when none was kept)."""
 
     id: str
     content: str
     created_at: float
+    records: str | None = None
 
 
 class Added(Enum):
@@ -80,6 +82,14 @@ class SnapshotStore(ABC):
     @abstractmethod
     def _select(self, snapshot_id: str) -> StoredRow | None:
         """The row with this id."""
+
+    @abstractmethod
+    def _update_records(self, snapshot_id: str, text: str) -> bool:
+        """Set the recorded trace of the snapshot ``snapshot_id``, durably; whether it exists."""
+
+    @abstractmethod
+    def _select_records(self, snapshot_id: str) -> str | None:
+        """The recorded trace's JSON text of a snapshot (None: none stored, or no snapshot)."""
 
     @abstractmethod
     def rows(self, *, batch: int = 500) -> Iterator[StoredRow]:
@@ -119,6 +129,34 @@ class SnapshotStore(ABC):
             if found is not None and found.content == text:
                 return snapshot_id, False
         raise RuntimeError("two snapshots share a 16-character id prefix")
+
+    def put_records(self, snapshot_id: str, records: list[dict[str, Any]]) -> bool:
+        """Keep a snapshot's recorded trace (what its chips show) beside it, outside the
+        content its id hashes; a trace larger than ``max_bytes`` is not kept (the page then
+        waits for the live session, as before).
+
+        Returns:
+            Whether it was kept.
+
+        Raises:
+            StoreUnavailable: the database cannot be reached.
+        """
+        text = json.dumps(records, separators=(",", ":"), ensure_ascii=False)
+        if len(text.encode("utf-8")) > self.max_bytes:
+            return False
+        return self._update_records(snapshot_id, text)
+
+    def get_records(self, snapshot_id: str) -> list[dict[str, Any]] | None:
+        """A snapshot's recorded trace, or None (an older permalink, or none kept).
+
+        Raises:
+            StoreUnavailable: the database cannot be reached.
+        """
+        text = self._select_records(snapshot_id)
+        if text is None:
+            return None
+        records: list[dict[str, Any]] = json.loads(text)
+        return records
 
     def get(self, snapshot_id: str) -> tuple[dict[str, Any], float] | None:
         """The snapshot and its creation time, or None.

@@ -50,6 +50,13 @@ MIGRATIONS: tuple[Migration, ...] = (
             "created_at DOUBLE PRECISION NOT NULL)",
         ),
     ),
+    Migration(
+        2,
+        "the recorded trace beside each snapshot",
+        # Beside the content, never in it: the id hashes the content only, so old ids stay.
+        sqlite=("ALTER TABLE snapshots ADD COLUMN records TEXT",),
+        postgres=("ALTER TABLE snapshots ADD COLUMN IF NOT EXISTS records TEXT",),
+    ),
 )
 
 #: The newest version this code knows.

@@ -97,20 +97,34 @@ class SqliteStore(SnapshotStore):
             ).fetchone()
         return None if found is None else StoredRow(found[0], found[1], float(found[2]))
 
+    def _update_records(self, snapshot_id: str, text: str) -> bool:
+        with self._connect() as db:
+            updated: int = db.execute(
+                "UPDATE snapshots SET records = ? WHERE id = ?", (text, snapshot_id)
+            ).rowcount
+        return updated > 0
+
+    def _select_records(self, snapshot_id: str) -> str | None:
+        with self._connect() as db:
+            found = db.execute(
+                "SELECT records FROM snapshots WHERE id = ?", (snapshot_id,)
+            ).fetchone()
+        return None if found is None else found[0]
+
     def rows(self, *, batch: int = 500) -> Iterator[StoredRow]:
         """Every stored row, oldest first, read ``batch`` at a time."""
         after: tuple[float, str] = (float("-inf"), "")
         while True:
             with self._connect() as db:
                 page = db.execute(
-                    "SELECT id, content, created_at FROM snapshots "
+                    "SELECT id, content, created_at, records FROM snapshots "
                     "WHERE (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?",
                     (after[0], after[1], batch),
                 ).fetchall()
             if not page:
                 return
-            for snapshot_id, content, created_at in page:
-                yield StoredRow(snapshot_id, content, float(created_at))
+            for snapshot_id, content, created_at, records in page:
+                yield StoredRow(snapshot_id, content, float(created_at), records)
             after = (float(page[-1][2]), page[-1][0])
 
     def add_rows(self, rows: Sequence[StoredRow]) -> list[Added]:
@@ -121,9 +135,9 @@ class SqliteStore(SnapshotStore):
             try:
                 for row in rows:
                     cursor = db.execute(
-                        "INSERT OR IGNORE INTO snapshots (id, content, created_at) "
-                        "VALUES (?, ?, ?)",
-                        (row.id, row.content, row.created_at),
+                        "INSERT OR IGNORE INTO snapshots (id, content, created_at, records) "
+                        "VALUES (?, ?, ?, ?)",
+                        (row.id, row.content, row.created_at, row.records),
                     )
                     if cursor.rowcount:
                         outcomes.append(Added.NEW)

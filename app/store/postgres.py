@@ -148,20 +148,34 @@ class PostgresStore(SnapshotStore):
             ).fetchone()
         return None if found is None else StoredRow(found[0], found[1], float(found[2]))
 
+    def _update_records(self, snapshot_id: str, text: str) -> bool:
+        with self._connection() as conn:
+            cursor = conn.execute(
+                "UPDATE snapshots SET records = %s WHERE id = %s", (text, snapshot_id)
+            )
+            return cursor.rowcount > 0
+
+    def _select_records(self, snapshot_id: str) -> str | None:
+        with self._connection() as conn:
+            found = conn.execute(
+                "SELECT records FROM snapshots WHERE id = %s", (snapshot_id,)
+            ).fetchone()
+        return None if found is None else found[0]
+
     def rows(self, *, batch: int = 500) -> Iterator[StoredRow]:
         """Every stored row, oldest first, read ``batch`` at a time."""
         after: tuple[float, str] = (float("-inf"), "")
         while True:
             with self._connection() as conn:
                 page = conn.execute(
-                    "SELECT id, content, created_at FROM snapshots "
+                    "SELECT id, content, created_at, records FROM snapshots "
                     "WHERE (created_at, id) > (%s, %s) ORDER BY created_at, id LIMIT %s",
                     (after[0], after[1], batch),
                 ).fetchall()
             if not page:
                 return
-            for snapshot_id, content, created_at in page:
-                yield StoredRow(snapshot_id, content, float(created_at))
+            for snapshot_id, content, created_at, records in page:
+                yield StoredRow(snapshot_id, content, float(created_at), records)
             after = (float(page[-1][2]), page[-1][0])
 
     def add_rows(self, rows: Sequence[StoredRow]) -> list[Added]:
@@ -170,9 +184,9 @@ class PostgresStore(SnapshotStore):
         with self._connection() as conn, conn.transaction():
             for row in rows:
                 cursor = conn.execute(
-                    "INSERT INTO snapshots (id, content, created_at) VALUES (%s, %s, %s) "
-                    "ON CONFLICT (id) DO NOTHING",
-                    (row.id, row.content, row.created_at),
+                    "INSERT INTO snapshots (id, content, created_at, records) "
+                    "VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                    (row.id, row.content, row.created_at, row.records),
                 )
                 if cursor.rowcount:
                     outcomes.append(Added.NEW)

@@ -54,6 +54,12 @@
     $("#preset").value = "custom";
   }
 
+  // Another kind or example is another setup: what was kept for the old one (its Tests,
+  // static/tests.js) goes with it. The permalink being opened loads through neither.
+  function replaceSetup() {
+    document.body.dispatchEvent(new CustomEvent("setup-replaced"));
+  }
+
   async function loadExample(id) {
     if (!id) return;
     const response = await fetch(MS.url(`/api/examples/${encodeURIComponent(id)}`));
@@ -61,6 +67,7 @@
     const example = await response.json();
     const form = $("#config");
     Object.assign(ui.sources, example.sources);
+    replaceSetup();
     const kind = ui.kind === "pydantic" ? "pydantic" : "json_schema";
     if (ui.kind !== kind) MS.setKind(kind); else MS.setSource(example.sources[kind]);
     form.system.value = example.system;
@@ -114,7 +121,7 @@
     });
     form.addEventListener("change", (event) => {
       const t = event.target;
-      if (t.name === "kind") MS.setKind(t.value);
+      if (t.name === "kind") { MS.setKind(t.value); replaceSetup(); }
       else if (t.name === "preset") applyPreset(t.value);
       else if (t.name === "prompt_mode") setPromptMode(t.value);
       else if (t.classList.contains("compile-opt") && t.type === "checkbox") optionEdited(t);

@@ -122,6 +122,12 @@
     }, 0));
   });
 
+  // A permalink's recorded chips: the step shared in view at once, before the live session.
+  document.addEventListener("DOMContentLoaded", () => {
+    const chip = $("#recorded-tokens .chip.selected");
+    if (chip) chip.scrollIntoView({ block: "nearest" });
+  });
+
   // Share: the link names the step selected (?step=), so that it reopens where it was shared.
   // Before session.js copies it: afterSwap runs inside the swap, before htmx.ajax resolves.
   document.addEventListener("htmx:afterSwap", (event) => {

@@ -43,7 +43,14 @@
   async function openPermalink(id, model = null) {
     const values = model ? { model } : {};
     await MS.request("session", "POST", `/ui/permalinks/${encodeURIComponent(id)}/open`, { target: "#session-area", values });
-    adoptSession();
+    const adopted = adoptSession();
+    // This very answer inspects the step shared (?step) or the last one: the selection starts
+    // there (an inspector of this session, so not an older answer read back).
+    const inspector = $("#inspector");
+    if (adopted && inspector && inspector.dataset.session === adopted && inspector.dataset.index) {
+      ui.selected = Number(inspector.dataset.index);
+      ui.follow = ui.selected === $$("#tokens .chip").length - 1;
+    }
     MS.refresh();
   }
 

@@ -58,6 +58,8 @@ def _run(page: Page) -> list[str]:
 def test_the_picker_runs_a_session_on_the_remote_engine_then_on_the_local_model(
     page: Page, remote_server: str
 ) -> None:
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.url))
     page.goto(f"{remote_server}/?example=nested")
     expect(page.locator("#compile-result .stats")).to_contain_text("compiled")
     expect(page.locator("#model option[value=vllm]")).to_be_enabled()
@@ -72,7 +74,7 @@ def test_the_picker_runs_a_session_on_the_remote_engine_then_on_the_local_model(
     expect(page.locator("#footer-model")).to_have_text("model vllm · smollm2-135m-instruct")
     expect(page.locator("#footer")).to_contain_text("vLLM 0.32.0")
 
-    _search_first_token(page, "vllm")
+    _search_first_token(page, "vllm", sent)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "model-picker-remote.png"))
 
@@ -84,7 +86,7 @@ def test_the_picker_runs_a_session_on_the_remote_engine_then_on_the_local_model(
     )
     expect(page.locator("#footer")).not_to_contain_text("vLLM")
     assert local_tokens == remote_tokens  # greedy, the same checkpoint: the same tokens
-    _search_first_token(page, "local")
+    _search_first_token(page, "local", sent)
 
 
 def test_a_permalink_on_a_missing_model_opens_on_the_picked_one_when_asked(
@@ -108,15 +110,21 @@ def test_a_permalink_on_a_missing_model_opens_on_the_picked_one_when_asked(
         expect(page.locator("#toast")).to_be_empty()
 
 
-def _search_first_token(page: Page, model: str) -> None:
-    """Open the first token in the inspector and search the vocabulary of ``model`` for ``{``."""
-    # Armed before the click: drawing the inspector may fetch the vocabulary already (to name
-    # the probe's tokens), before the search asks for it.
-    with page.expect_request(lambda r: f"/api/vocab?model={model}" in r.url):
-        page.click("#tok-0")
-        expect(page.locator("#inspector")).to_have_attribute("data-model", model)
-        expect(page.locator("#inspector")).to_have_attribute("data-index", "0")
-        page.fill("#token-search", "{")
+def _search_first_token(page: Page, model: str, sent: list[str]) -> None:
+    """Open the first token in the inspector and search the vocabulary of ``model`` for ``{``.
+
+    ``sent``: the URLs the page requested. The vocabulary of ``model`` is fetched once, by the
+    background prefetch when the picker changes (page-layout) or when the inspector needs it.
+    """
+    page.click("#tok-0")
+    expect(page.locator("#inspector")).to_have_attribute("data-model", model)
+    expect(page.locator("#inspector")).to_have_attribute("data-index", "0")
+    for _ in range(120):
+        if any(f"/api/vocab?model={model}" in url for url in sent):
+            break
+        page.wait_for_timeout(250)
+    assert any(f"/api/vocab?model={model}" in url for url in sent), sent
+    page.fill("#token-search", "{")
     results = page.locator("#search-results li")
     for _ in range(5):  # a late swap may draw the inspector again, empty: type again
         if results.count():
@@ -124,3 +132,4 @@ def _search_first_token(page: Page, model: str) -> None:
         page.wait_for_timeout(500)
         page.fill("#token-search", "{")
     expect(results.first).to_contain_text("allowed")
+    assert sum(f"/api/vocab?model={model}" in url for url in sent) == 1  # once per model

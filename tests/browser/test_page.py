@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -298,5 +299,11 @@ def test_6_an_enum_refusal_lists_the_values_and_marks_the_schema_line(
     expect(cause).to_contain_text('must be one of "low" | "medium" | "high" (enum)')
     line = page.locator("#replay-result").get_attribute("data-schema-line")
     assert line and int(line) > 1
-    expect(page.locator("#editor .cm-lint-marker-warning")).to_have_count(1)
+    # The replay's mark joins the Doctor's (since doctor-core, the Doctor may mark this
+    # schema too): one warning marker per line marked, the replay's line among them.
+    expect(page.locator("#doctor-result[data-marks]")).to_have_count(1)
+    marks = json.loads(page.locator("#doctor-result").get_attribute("data-marks") or "[]")
+    assert page.evaluate("() => maskscope.ui.replayDiagnostics.length") == 1
+    warned = {m["line"] for m in marks if m["severity"] == "warning"} | {int(line)}
+    expect(page.locator("#editor .cm-lint-marker-warning")).to_have_count(len(warned))
     _shot(page, "page-6-replay-enum")

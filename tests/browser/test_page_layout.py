@@ -123,6 +123,45 @@ def _compiled(page: Page) -> None:
     expect(page.locator("#compile-result .stats")).to_contain_text("compiled")
 
 
+def _add_test(page: Page, text: str) -> None:
+    page.click('.compile-panel .tab-button[data-view="tests"]')
+    rows = page.locator("#tests-result .test-row").count()
+    page.fill("#test-text", text)
+    page.click("#btn-add-test")
+    expect(page.locator("#tests-result .test-row")).to_have_count(rows + 1)
+
+
+def test_p10_tests_go_with_their_setup(shared: Shared, live_server: str) -> None:
+    page = shared.fresh(f"{live_server}/?example=nested", WIDE)
+    _compiled(page)
+    _add_test(page, '{"user": {}}')
+    # a kind change: the tests written for the JSON Schema go with it
+    page.click('label.tab:has(input[name="kind"][value="regex"])')
+    expect(page.locator("#tests-result .test-row")).to_have_count(0)
+    assert page.evaluate("() => JSON.parse(maskscopeTests.json())") == []
+    expect(page.locator("#tests-flag")).to_have_text("")
+    page.click('label.tab:has(input[name="kind"][value="json_schema"])')
+    _compiled(page)
+    # loading an example: the same
+    _add_test(page, '{"user": {}}')
+    page.select_option("#example", "pricing")
+    expect(page.locator("#tests-result .test-row")).to_have_count(0)
+    assert page.evaluate("() => JSON.parse(maskscopeTests.json())") == []
+    _compiled(page)
+
+    # the tests of a permalink being opened stay with it
+    body = {
+        "grammar": {"kind": "regex", "source": "[a-z]{4}"}, "raw_prompt": "A word:",
+        "max_tokens": 4, "actions": [], "tests": [{"text": "abcd", "expect": "pass"}],
+    }  # fmt: skip
+    snapshot_id = httpx.post(f"{live_server}/api/permalinks", json=body, timeout=60).json()["id"]
+    page.goto(f"{live_server}/s/{snapshot_id}")
+    page.click('.compile-panel .tab-button[data-view="tests"]')
+    expect(page.locator("#tests-result .test-row")).to_have_count(1)
+    expect(page.locator("#compile-result .stats")).to_contain_text("compiled")
+    expect(page.locator("#tests-result .test-row")).to_have_count(1)
+
+
 def test_p6_the_compile_options_sit_beside_the_kind_tabs(shared: Shared, live_server: str) -> None:
     page = shared.fresh(live_server, WIDE)
     _compiled(page)
@@ -305,6 +344,8 @@ def test_p12_a_permalink_shows_progress_and_opens_at_the_shared_step(
         expect(replaying).to_contain_text("Replaying the shared trace: 10 steps")
         expect(replaying).to_contain_text("step #3 is inspected")
         expect(page.locator("#session-area")).not_to_contain_text("Press space")
+        # shared through the API, without a session: no recorded trace, as before
+        expect(page.locator("#recorded-trace")).to_have_count(0)
         assert held[0].request.post_data is not None and "step=3" in held[0].request.post_data
         held[0].continue_()
     finally:
@@ -320,6 +361,58 @@ def test_p12_a_permalink_shows_progress_and_opens_at_the_shared_step(
     page.goto(f"{live_server}/s/{snapshot_id}")
     expect(page.locator("#inspector")).to_have_attribute("data-index", "9")
     expect(page.locator("#tokens .chip")).to_have_count(10)
+
+
+def test_p12_a_permalink_paints_its_recorded_trace_before_the_live_session(
+    shared: Shared, live_server: str
+) -> None:
+    page = shared.fresh(f"{live_server}/?example=nested", WIDE)
+    _compiled(page)
+    page.fill('input[name="max_tokens"]', "8")
+    page.locator("header.topbar").click()
+    page.keyboard.press(" ")
+    expect(page.locator("#status")).to_have_attribute("data-done", "true")
+    live_ids = page.locator("#tokens .chip").evaluate_all("cs => cs.map(c => c.dataset.tokenId)")
+    page.locator("#tok-5").click()
+    expect(page.locator("#inspector")).to_have_attribute("data-index", "5")
+    page.click("#btn-share")
+    link = page.locator("#share-result .share-link")
+    expect(link).to_have_count(1)
+    url = link.get_attribute("data-url")
+    assert url and url.endswith("?step=5"), url
+
+    held: list[Route] = []
+    page.route("**/ui/permalinks/*/open", lambda route: held.append(route))  # the test holds it
+    try:
+        page.goto(url)
+        while not held:
+            page.wait_for_timeout(50)
+        # the live session is not there yet: the chips are the ones recorded at share time
+        recorded = page.locator("#session-area #recorded-tokens .chip")
+        expect(recorded).to_have_count(8)
+        assert recorded.evaluate_all("cs => cs.map(c => c.dataset.tokenId)") == live_ids
+        expect(page.locator("#recorded-tokens .chip.selected")).to_have_attribute(
+            "data-index", "5"
+        )  # ?step, before the live session
+        expect(page.locator("#recorded-trace")).to_contain_text("recorded")
+        expect(page.locator("#replaying progress")).to_be_visible()  # rebuilt behind, in view
+        expect(page.locator("#tokens .chip")).to_have_count(0)
+        assert (
+            page.locator("#recorded-tokens .chip").first.evaluate(
+                "c => Number(getComputedStyle(c).opacity)"
+            )
+            < 1
+        )  # greyed until replaced
+        _shot(page, "page-12-recorded-trace-1440")
+        held[0].continue_()
+    finally:
+        page.unroute("**/ui/permalinks/*/open")
+    expect(page.locator("#tokens .chip")).to_have_count(8)
+    expect(page.locator("#recorded-trace")).to_have_count(0)  # replaced by the live session
+    expect(page.locator("#inspector")).to_have_attribute("data-index", "5")
+    assert page.locator("#tokens .chip").evaluate_all("cs => cs.map(c => c.dataset.tokenId)") == (
+        live_ids
+    )
 
 
 def test_p12_share_names_the_selected_step_and_the_link_reopens_there(

@@ -92,6 +92,7 @@ def test_p1_a_run_after_an_option_change_runs_in_the_new_session(
     page: Page, live_server: str
 ) -> None:
     _open(page, live_server)
+    page.click('.compile-panel .tab-button[data-view="tests"]')  # the Tests: a tab of the panel
     page.fill("#test-text", '{"user": {}}')
     page.click("#btn-add-test")
     expect(page.locator("#tests-result .test-row")).to_have_count(1, timeout=_RUN_MS)

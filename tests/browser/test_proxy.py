@@ -54,6 +54,10 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxied]:
             "MASKSCOPE_ROOT_PATH": PREFIX,
             "MASKSCOPE_TRUSTED_PROXIES": "127.0.0.1",
             "MASKSCOPE_DB_PATH": str(directory / "permalinks.sqlite"),
+            # replica "a" of the documented two, as a team runs it: its session ids start
+            # with "a." (a server alone answers 421 for a session of replica "a")
+            "MASKSCOPE_REPLICA_ID": "a",
+            "MASKSCOPE_SECRET": "proxy-test-secret-0123456789",
         },
     )
     app.start()

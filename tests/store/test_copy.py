@@ -84,3 +84,22 @@ def test_the_command_line_copies_and_refuses_the_same_store(
                           timeout=120)  # fmt: skip
     assert same.returncode == 2
     assert f"error: --from and --to name the same store ({url})" in same.stderr
+
+
+def test_a_recorded_trace_is_copied_with_its_snapshot(
+    tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = SqliteStore(tmp_path / "p.db")
+    recorded, _ = source.put({"shared": "from the page"})
+    source.put_records(recorded, [{"index": 0, "token_id": 7, "token_text": "é"}])
+    older, _ = source.put({"shared": "through the API"})
+    settings = Settings(db_path=tmp_path / "p.db")
+    assert main(["store", "copy", "--to", postgres_url], settings=settings) == 0
+    assert "copied 2 snapshots" in capsys.readouterr().out
+    target = open_store(postgres_url)
+    try:
+        assert target.get_records(recorded) == [{"index": 0, "token_id": 7, "token_text": "é"}]
+        assert target.get_records(older) is None
+        assert target.get(recorded) == source.get(recorded)
+    finally:
+        target.close()

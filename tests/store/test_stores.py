@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -205,3 +206,65 @@ def test_the_sqlite_default_needs_no_postgresql_driver(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "SqliteStore {'ok': 1}"
+
+
+def test_a_recorded_trace_is_kept_beside_the_snapshot_outside_its_id(store: SnapshotStore) -> None:
+    content: dict[str, Any] = {"request": {"a": 1}, "actions": [{"op": "step", "n": 2}]}
+    snapshot_id, _ = store.put(content)
+    assert store.get_records(snapshot_id) is None  # nothing recorded yet: an older permalink
+    records: list[dict[str, Any]] = [
+        {"index": 0, "token_id": 90, "token_text": '{"', "prob": 0.5},
+        {"index": 1},
+    ]
+    assert store.put_records(snapshot_id, records)
+    assert store.get_records(snapshot_id) == records
+    assert snapshot_id == canonical_id(canonical_json(content))  # the id hashes content only
+    again, created = store.put(content)
+    assert again == snapshot_id and not created
+    found = store.get(snapshot_id)
+    assert found is not None and found[0] == content  # the records are not in the content
+    assert not store.put_records("nope-nope-nope", records)  # no such snapshot
+    assert store.get_records("nope-nope-nope") is None
+
+
+def test_a_recorded_trace_larger_than_the_limit_is_not_kept(store: SnapshotStore) -> None:
+    snapshot_id, _ = store.put({"small": True})
+    assert not store.put_records(snapshot_id, [{"text": "a" * 5000}])
+    assert store.get_records(snapshot_id) is None and store.get(snapshot_id) is not None
+
+
+def test_a_version_1_database_gains_the_records_column_and_keeps_its_rows(url: str) -> None:
+    """A database made before migration 2: its snapshots keep their ids, without records."""
+    content = '{"a":1}'
+    old_id = canonical_id(content)
+    first = MIGRATIONS[0]
+    if url.startswith("sqlite:///"):
+        import sqlite3
+
+        db = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        db.execute(f"CREATE TABLE {VERSION_TABLE} (version INTEGER PRIMARY KEY, applied_at REAL)")
+        for statement in first.sqlite:
+            db.execute(statement)
+        db.execute(f"INSERT INTO {VERSION_TABLE} VALUES (1, 0)")
+        db.execute("INSERT INTO snapshots VALUES (?, ?, 5.0)", (old_id, content))
+        db.close()
+    else:
+        with psycopg.connect(url) as conn:
+            conn.execute(
+                f"CREATE TABLE {VERSION_TABLE} (version INTEGER PRIMARY KEY, "
+                "applied_at DOUBLE PRECISION)"
+            )
+            for statement in first.postgres:
+                conn.execute(statement)
+            conn.execute(f"INSERT INTO {VERSION_TABLE} VALUES (1, 0)")
+            conn.execute("INSERT INTO snapshots VALUES (%s, %s, 5.0)", (old_id, content))
+    opened = open_store(url)
+    try:
+        assert opened.schema_version() == LATEST >= 2
+        assert opened.get(old_id) == ({"a": 1}, 5.0)
+        assert opened.get_records(old_id) is None
+        assert opened.put_records(old_id, [{"index": 0}])
+        assert opened.get_records(old_id) == [{"index": 0}]
+        assert opened.put({"a": 1}) == (old_id, False)
+    finally:
+        opened.close()

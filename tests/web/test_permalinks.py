@@ -111,6 +111,44 @@ def test_a_live_session_shares_its_steps_and_reopens_identically(api: TestClient
     assert f'data-permalink="{snapshot_id}"' in page and 'data-steps="11"' in page
 
 
+def test_a_shared_session_keeps_its_chips_beside_the_snapshot_and_the_page_paints_them(
+    api: TestClient, shared_app: FastAPI
+) -> None:
+    session_id = api.post("/api/sessions", json=session_body(max_tokens=40)).json()["id"]
+    api.post(f"/api/sessions/{session_id}/step", json={"n": 6})
+    steps = api.get(f"/api/sessions/{session_id}").json()["steps"]
+    html = api.post(f"/ui/sessions/{session_id}/share", headers={"HX-Request": "true"}).text
+    snapshot_id = html.split('href="/s/')[1].split('"')[0]
+    snapshot = api.get(f"/api/permalinks/{snapshot_id}").json()
+    assert "records" not in json.dumps(snapshot)  # beside the snapshot, not in it (nor its id)
+    records = shared_app.state.maskscope.store.get_records(snapshot_id)
+    assert [(r["token_id"], r["token_text"], r["prob"], r["allowed_count"], r["forced"])
+            for r in records] == [
+        (s["token_id"], s["token_text"], s["prob"], s["allowed_count"], s["forced"])
+        for s in steps
+    ]  # the engine's own records  # fmt: skip
+    page = api.get(f"/s/{snapshot_id}?step=2").text
+    painted = page.split('id="recorded-tokens"')[1].split("</div>")[0]
+    assert painted.count('class="chip') == 6
+    for s in steps:
+        assert (
+            f'id="rec-{s["index"]}" data-index="{s["index"]}" data-token-id="{s["token_id"]}"'
+            in (painted)
+        )
+    assert 'id="tok-' not in painted  # the live session's ids stay its own
+    selected = [c for c in painted.split("<span")[1:] if " selected" in c.split(">")[0]]
+    assert len(selected) == 1 and 'data-index="2"' in selected[0]
+    last = api.get(f"/s/{snapshot_id}").text.split('id="recorded-tokens"')[1]
+    assert [c for c in last.split("<span")[1:] if " selected" in c.split(">")[0]][0].count(
+        'data-index="5"'
+    ) == 1
+
+    # shared through the API, without a session: nothing recorded, the page waits as before
+    body = {**session_body(max_tokens=5), "actions": [{"op": "step", "n": 2}]}
+    api_id = api.post("/api/permalinks", json=body).json()["id"]
+    assert 'id="recorded-tokens"' not in api.get(f"/s/{api_id}").text
+
+
 def test_a_trace_downloads_as_json(api: TestClient) -> None:
     session_id = api.post("/api/sessions", json=session_body(max_tokens=3)).json()["id"]
     api.post(f"/api/sessions/{session_id}/step", json={"n": 3})

@@ -30,13 +30,16 @@ from app.web.bodies import (
     check_test_sizes,
 )
 from app.web.services import actions, schema_tests
+from app.web.services.recorded import RecordedStep, chip_records, recorded_steps
 from app.web.services.sessions import SessionHandle
 from app.web.state import AppState
 
 __all__ = [
     "differences",
     "load",
+    "load_recorded",
     "open_snapshot",
+    "recorded_steps",
     "recorded_tests",
     "share_request",
     "share_session",
@@ -196,6 +199,12 @@ async def load(state: AppState, snapshot_id: str) -> tuple[dict[str, Any], float
     return found
 
 
+async def load_recorded(state: AppState, snapshot_id: str) -> list[RecordedStep]:
+    """The steps a permalink recorded at share time, for its chips (read off the event loop);
+    none for an older permalink, or one shared through the API without a session."""
+    return recorded_steps(await asyncio.to_thread(state.store.get_records, snapshot_id))
+
+
 def _replay_actions(session: Session, trace: list[dict[str, Any]]) -> None:
     for action in trace:
         if action["op"] == "step":
@@ -261,8 +270,13 @@ async def share_session(state: AppState, handle: SessionHandle, body: SchemaTest
     engine = state.engine_for(handle.request["model"])
     tests = await recorded_tests(state, engine, body.grammar, body.tests)
 
+    records = chip_records(handle.session.steps)
+
     def store() -> tuple[str, bool]:
-        return state.store.put(snapshot_of_session(handle, tests=tests))
+        stored = state.store.put(snapshot_of_session(handle, tests=tests))
+        # Beside the snapshot, not in it: the id stays the hash of the content.
+        state.store.put_records(stored[0], records)
+        return stored
 
     snapshot_id, _ = await asyncio.to_thread(store)
     return snapshot_id

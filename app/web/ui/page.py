@@ -98,6 +98,7 @@ def _page(request: Request, state: AppState, prefill: dict[str, Any], **extra: A
         "model_missing": missing,
         "shared_tests": [],
         "shared_step": None,
+        "recorded": [],
         **extra,
     }
     return render_page(state, request, "pages/playground.html", context)
@@ -141,6 +142,8 @@ async def permalink_page(
         differences=sharing.differences(state, snapshot),
         shared_tests=snapshot.get("tests") or [],
         shared_step=step,
+        # Painted at once, greyed, until the live session rebuilt behind them replaces them.
+        recorded=await sharing.load_recorded(state, snapshot_id),
     )
 
 

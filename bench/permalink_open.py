@@ -1,0 +1,62 @@
+"""A permalink opened: how soon its first chips are on the page, against the 1 s target.
+
+One 48-step session is shared through the page's route (so its recorded trace is kept beside
+the snapshot), then ``/s/{id}?step=36`` is fetched (its HTML holds the recorded chips: what the
+browser paints at once) and the live session is rebuilt (``/ui/permalinks/{id}/open``: what the
+page waited for before). Printed: both, their ratio, over a few rounds, in one run.
+
+Usage: ``PYTHONPATH=. .venv/bin/python bench/permalink_open.py [--rounds 3] [--steps 48]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from app.engine import Engine
+from app.main import create_app
+from app.settings import Settings
+from tests.conftest import as_page
+from tests.web.conftest import session_body
+
+TARGET_MS = 1000.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=48)
+    args = parser.parse_args()
+    settings = Settings(db_path=Path(tempfile.mkdtemp()) / "p.db")
+    engine = Engine.load(settings)
+    with TestClient(create_app(settings, engine=engine)) as client:
+        as_page(client)
+        body = session_body(max_tokens=args.steps + 8)
+        session_id = client.post("/api/sessions", json=body).json()["id"]
+        client.post(f"/api/sessions/{session_id}/step", json={"n": args.steps})
+        html = client.post(f"/ui/sessions/{session_id}/share", headers={"HX-Request": "true"}).text
+        snapshot_id = html.split('href="/s/')[1].split('"')[0]
+        page_ms, open_ms = [], []
+        for _ in range(args.rounds):
+            start = time.perf_counter()
+            page = client.get(f"/s/{snapshot_id}?step=36").text
+            page_ms.append((time.perf_counter() - start) * 1000)
+            chips = page.split('id="recorded-tokens"')[1].split("</div>")[0].count('class="chip')
+            start = time.perf_counter()
+            client.post(f"/ui/permalinks/{snapshot_id}/open", data={"step": "36"})
+            open_ms.append((time.perf_counter() - start) * 1000)
+        page_median, open_median = statistics.median(page_ms), statistics.median(open_ms)
+        print(f"{chips} recorded chips in the page of /s/{snapshot_id}?step=36")
+        print(f"page with the recorded chips: {page_median:.0f} ms (target {TARGET_MS:.0f} ms)")
+        print(f"live session rebuilt:         {open_median:.0f} ms")
+        print(f"ratio (rebuilt / page):        {open_median / page_median:.1f}x")
+    engine.close()
+
+
+if __name__ == "__main__":
+    main()
