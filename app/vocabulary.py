@@ -26,6 +26,7 @@ class GrammarKind(StrEnum):
     JSON_SCHEMA = "json_schema"
     EBNF = "ebnf"
     REGEX = "regex"
+    STRUCTURAL_TAG = "structural_tag"
 
 
 class SourceKind(StrEnum):
@@ -36,6 +37,7 @@ class SourceKind(StrEnum):
     PYDANTIC = "pydantic"
     EBNF = "ebnf"
     REGEX = "regex"
+    STRUCTURAL_TAG = "structural_tag"
 
     @property
     def label(self) -> str:
@@ -48,6 +50,7 @@ _SOURCE_KIND_LABELS = {
     SourceKind.PYDANTIC: "Pydantic",
     SourceKind.EBNF: "EBNF",
     SourceKind.REGEX: "Regex",
+    SourceKind.STRUCTURAL_TAG: "Structural tag",
 }
 
 
