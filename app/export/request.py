@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +83,12 @@ class ExportRequest:
     max_tokens: int = 256
     pydantic: PydanticSource | None = None
     vllm_fallback: str | None = None
+
+    @property
+    def tag(self) -> Any:
+        """The structural tag as an object (current form: a legacy tag comes converted), or
+        None for other kinds."""
+        return json.loads(self.source) if self.kind is GrammarKind.STRUCTURAL_TAG else None
 
     @property
     def is_json(self) -> bool:

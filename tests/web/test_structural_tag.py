@@ -3,6 +3,7 @@ permalinks and export, on the real model with real xgrammar and llguidance."""
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import re
@@ -206,11 +207,22 @@ def test_a_permalink_round_trip(client: TestClient) -> None:
 
 def test_export_sends_the_tag_as_a_structural_tag(client: TestClient) -> None:
     body = {"grammar": grammar(), "messages": MESSAGES, "max_tokens": 40}
-    for target in ("vllm", "sglang-openai", "xgrammar"):
-        answer = client.post(f"/api/export?target={target}", json=body)
+
+    def export(target: str, request: dict[str, Any] = body) -> dict[str, Any]:
+        answer = client.post(f"/api/export?target={target}", json=request)
         assert answer.status_code == 200, (target, answer.text)
-        code = answer.json()["code"]
-        assert "structural_tag" in code and "<call>" in code, (target, code)
-    legacy = {**body, "grammar": grammar(LEGACY)}
-    code = client.post("/api/export?target=vllm", json=legacy).json()["code"]
-    assert "triggered_tags" in code  # converted: the form 0.2.9 and vLLM 0.32.0 read
+        out: dict[str, Any] = answer.json()
+        if out["language"] == "python":
+            ast.parse(out["code"])
+        return out
+
+    vllm = export("vllm")
+    assert '"structural_tag": json.dumps(TAG)' in vllm["code"] and not vllm["not_expressible"]
+    assert "compile_structural_tag(TAG)" in export("xgrammar")["code"]
+    assert '"structural_tag": json.dumps(TAG)' in export("sglang")["code"]
+    assert "response_format=TAG" in export("sglang_openai")["code"]
+    assert '\\"<call>\\"' in export("curl_vllm")["code"]  # the tag as a JSON string in JSON
+    for target in ("vllm_legacy", "llguidance", "openai"):
+        assert any("not constrained" in x for x in export(target)["not_expressible"]), target
+    legacy = export("vllm", {**body, "grammar": grammar(LEGACY)})["code"]
+    assert "triggered_tags" in legacy  # sent as compiled: converted to the current form

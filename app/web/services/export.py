@@ -7,7 +7,8 @@ import json
 from typing import Any
 
 from app.doctor.backends import vllm as vllm_rules
-from app.engine import render_prompt
+from app.engine import GrammarKind, render_prompt
+from app.engine.structural_tag import parse_tag
 from app.exceptions import GrammarError
 from app.export import ExportRequest, Message, PydanticSource, Sampling
 from app.sandbox.sandbox import PydanticSchema
@@ -55,9 +56,12 @@ async def export_request(
     derived = resolved.pydantic
     sampling = body.sampling
     schema = _schema(spec.source) if spec.is_json else None
+    source = spec.source
+    if spec.kind is GrammarKind.STRUCTURAL_TAG:  # as compiled: a legacy tag in its current form
+        source = (await asyncio.to_thread(parse_tag, source)).tag_json
     return ExportRequest(
         kind=spec.kind,
-        source=spec.source,
+        source=source,
         schema=schema,
         options=spec.options,
         preset=body.grammar.options.preset,
