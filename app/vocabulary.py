@@ -44,6 +44,12 @@ class SourceKind(StrEnum):
         """The kind's name on the page's tabs."""
         return _SOURCE_KIND_LABELS[self]
 
+    @property
+    def on_page(self) -> bool:
+        """Whether the page has a tab for the kind (a structural tag is API and CLI only until
+        the page's Tools tab comes)."""
+        return self is not SourceKind.STRUCTURAL_TAG
+
 
 _SOURCE_KIND_LABELS = {
     SourceKind.JSON_SCHEMA: "JSON",

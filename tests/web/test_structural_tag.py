@@ -226,3 +226,11 @@ def test_export_sends_the_tag_as_a_structural_tag(client: TestClient) -> None:
         assert any("not constrained" in x for x in export(target)["not_expressible"]), target
     legacy = export("vllm", {**body, "grammar": grammar(LEGACY)})["code"]
     assert "triggered_tags" in legacy  # sent as compiled: converted to the current form
+
+
+def test_the_doctor_fills_only_the_costs(client: TestClient) -> None:
+    report = client.post("/api/doctor", json={"grammar": grammar(), "budget_ms": 300}).json()
+    assert report["backends"] == [] and report["keywords"] == []
+    assert report["costs"]["size_bytes"] > 0 and report["costs"]["compile_ms"] >= 0
+    shortest = report["costs"]["shortest_document"]
+    assert shortest is None or "<call>" in shortest
