@@ -160,6 +160,10 @@ def test_llguidance_says_it_cannot_take_a_tag(client: TestClient) -> None:
     response = client.post("/api/compile", json=grammar(engine="llguidance"))
     assert response.status_code == 422
     assert "llguidance cannot take a structural tag" in response.json()["error"]["message"]
+    body = {"grammar": grammar(), "text": "Yes. ", "compare": "llguidance"}
+    response = client.post("/api/replay", json=body)
+    assert response.status_code == 422
+    assert "llguidance cannot take a structural tag" in response.json()["error"]["message"]
 
 
 def test_a_session_writes_under_the_tag_and_its_text_replays(client: TestClient) -> None:

@@ -148,8 +148,7 @@ class LlguidanceCompiler:
         if spec.kind is GrammarKind.STRUCTURAL_TAG:
             raise GrammarError(
                 "llguidance cannot take a structural tag in Maskscope yet: compile it with "
-                "the xgrammar engine",
-                pointer="/grammar/engine",
+                "the xgrammar engine (and no llguidance compare)"
             )
         if spec.kind is GrammarKind.REGEX:
             return llguidance.LLMatcher.grammar_from_regex(spec.source), ()
