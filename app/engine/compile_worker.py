@@ -207,8 +207,23 @@ def _tag_error(source: str, leaves: Any, message: str) -> GrammarError:
             inner: list[str | int] = []
             if leaf.kind == "json_schema" and leaf.inside:
                 inner = _locate_schema_error(leaf.value, own, defaults)
-            return tag_error(source, [*leaf.parts, *inner], f"{leaf.kind} leaf: {own}")
+            error = tag_error(source, [*leaf.parts, *inner], f"{leaf.kind} leaf: {own}")
+            if leaf.kind == "regex" and (match := _REGEX_POSITION.search(own)):
+                _to_character(error, source, leaf.value, int(match[1]))
+            return error
     return GrammarError(message)
+
+
+def _to_character(error: GrammarError, source: str, pattern: str, position: int) -> None:
+    """Move the error's column from the pattern's opening quote to the character at the
+    1-based ``position`` of the pattern, when the source writes it without escapes (a column
+    counted through escapes would be wrong)."""
+    if error.line is None or error.column is None:
+        return
+    line = source.splitlines()[error.line - 1]
+    written = json.dumps(pattern, ensure_ascii=False)
+    if line[error.column - 1 :].startswith(written) and "\\" not in written:
+        error.column += min(position, len(pattern))
 
 
 def _grammar_error(kind: str, source: str, options: dict[str, Any], message: str) -> GrammarError:
