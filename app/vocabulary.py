@@ -26,6 +26,7 @@ class GrammarKind(StrEnum):
     JSON_SCHEMA = "json_schema"
     EBNF = "ebnf"
     REGEX = "regex"
+    STRUCTURAL_TAG = "structural_tag"
 
 
 class SourceKind(StrEnum):
@@ -36,11 +37,18 @@ class SourceKind(StrEnum):
     PYDANTIC = "pydantic"
     EBNF = "ebnf"
     REGEX = "regex"
+    STRUCTURAL_TAG = "structural_tag"
 
     @property
     def label(self) -> str:
         """The kind's name on the page's tabs."""
         return _SOURCE_KIND_LABELS[self]
+
+    @property
+    def on_page(self) -> bool:
+        """Whether the page has a tab for the kind (a structural tag is API and CLI only until
+        the page's Tools tab comes)."""
+        return self is not SourceKind.STRUCTURAL_TAG
 
 
 _SOURCE_KIND_LABELS = {
@@ -48,6 +56,7 @@ _SOURCE_KIND_LABELS = {
     SourceKind.PYDANTIC: "Pydantic",
     SourceKind.EBNF: "EBNF",
     SourceKind.REGEX: "Regex",
+    SourceKind.STRUCTURAL_TAG: "Structural tag",
 }
 
 

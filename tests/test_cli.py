@@ -98,3 +98,45 @@ def test_trace_under_llguidance_with_xgrammar_following(
     assert [line.split()[0] for line in out[:3]] == ["0", "1", "2"]
     assert not any("xgrammar" in line for line in out[:3])
     assert out[-1] == "xgrammar: no divergence"
+
+
+STRUCTURAL_TAG = {
+    "type": "structural_tag",
+    "format": {
+        "type": "tag",
+        "begin": "<answer>",
+        "content": {"type": "regex", "pattern": "(yes|no)"},
+        "end": "</answer>",
+    },
+}
+
+
+def test_replay_and_trace_under_a_structural_tag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tag's .json reads as a schema unless --kind says structural_tag."""
+    tag = tmp_path / "tag.json"
+    tag.write_text(json.dumps(STRUCTURAL_TAG, indent=2))
+    flags = ["--schema", str(tag), "--kind", "structural_tag"]
+    assert main(["replay", *flags, "--text", "<answer>yes</answer>"]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("accepted: True; complete: True")
+    assert main(["replay", *flags, "--text", "<answer>maybe</answer>", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["rejection"]["offset"] == len("<answer>")
+    status = main(["trace", *flags, "--prompt", "Is the sky blue?", "--steps", "30", "--json"])
+    captured = capsys.readouterr()
+    last = json.loads(captured.out.splitlines()[-1])
+    assert last["text"] in ("<answer>yes</answer>", "<answer>no</answer>"), last
+    assert status == 0, last
+    assert "a structural tag takes no compile options" in captured.err
+
+
+def test_a_bad_structural_tag_is_reported_with_its_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = json.loads(json.dumps(STRUCTURAL_TAG))
+    bad["format"]["content"]["pattern"] = "(yes|no"
+    tag = tmp_path / "bad.json"
+    tag.write_text(json.dumps(bad, indent=2))
+    assert main(["replay", "--schema", str(tag), "--kind", "structural_tag", "--text", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "regex leaf" in err and "/format/content/pattern" in err and "line 8" in err

@@ -42,7 +42,11 @@ def add_grammar_arguments(parser: argparse.ArgumentParser) -> None:
     """The schema file, its kind, the compile options the page has, ``--engine`` and
     ``--model``."""
     parser.add_argument("--schema", required=True, type=Path, help="schema or grammar file")
-    parser.add_argument("--kind", choices=KINDS, help="default: from the file's extension")
+    parser.add_argument(
+        "--kind", choices=KINDS,
+        help="default: from the file's extension (a structural tag's .json needs --kind "
+        "structural_tag: a tag and a schema share the extension)",
+    )  # fmt: skip
     parser.add_argument(
         "--preset", choices=PRESETS, default=vocabulary.Preset.MASKSCOPE.value,
         help="the options a serving engine passes to xgrammar (default: maskscope)",

@@ -55,7 +55,7 @@ def _messages(args: argparse.Namespace, schema: str) -> list[ChatMessage]:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Generate, printing each step; exit 0 when the output is complete and valid, 1 otherwise."""
-    from app.engine import SamplingParams
+    from app.engine import GrammarKind, SamplingParams
 
     request = grammar_request(args, settings)
     messages = _messages(args, request.spec.source)
@@ -71,8 +71,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         )
         for warning in session.grammar.warnings:
             print(f"{args.engine}: {warning}", file=sys.stderr)
-        for option in session.grammar.not_carried:
-            print(f"{args.engine}: {option} is not carried over", file=sys.stderr)
+        ignored = session.grammar.not_carried
+        if request.spec.kind is GrammarKind.STRUCTURAL_TAG:
+            print(f"a structural tag takes no compile options: {', '.join(ignored)} ignored",
+                  file=sys.stderr)  # fmt: skip
+        else:
+            for option in ignored:
+                print(f"{args.engine}: {option} is not carried over", file=sys.stderr)
         while not session.done:
             record = session.step()
             print(json.dumps(record.to_dict()) if args.json else step_line(record), flush=True)

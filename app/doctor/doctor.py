@@ -38,7 +38,7 @@ from app.doctor.source_lines import json_lines, pydantic_lines
 from app.doctor.vocab import Vocab
 from app.doctor.witnesses import Found, ValidateMany, search
 from app.engine.engine import AnyEngine
-from app.engine.grammar import CompileResult, GrammarSpec, MaskingLibrary
+from app.engine.grammar import CompileResult, GrammarKind, GrammarSpec, MaskingLibrary
 from app.engine.keyword_probe import ProbeResult
 from app.exceptions import GrammarError, GrammarTooComplex
 
@@ -143,8 +143,10 @@ class Doctor:
         found = search(
             grammar, self.tokens, self.vocab(), schema=None, seed=seed, budget_ms=budget_ms
         )
-        row = self.llguidance.assess_grammar(grammar.spec.kind, grammar.spec.source)
         costs = _costs(grammar, None, found, max_tokens)
+        if grammar.spec.kind is GrammarKind.STRUCTURAL_TAG:  # llguidance takes no tag yet
+            return DoctorReport((), (), None, None, (), costs)
+        row = self.llguidance.assess_grammar(grammar.spec.kind, grammar.spec.source)
         return DoctorReport((), (), None, None, (row,), costs)
 
     def compile_other_whitespace(self, spec: GrammarSpec) -> OtherCompile:

@@ -39,6 +39,8 @@ _LOG_PREFIX = re.compile(r"^\[\d{2}:\d{2}:\d{2}\] \S+?:\d+: (?:Warning: )?", re.
 _EBNF_POSITION = re.compile(r"EBNF (?:lexer|parser) error at line (\d+), column (\d+)")
 _REGEX_POSITION = re.compile(r"Regex parsing error at position (\d+)")
 _MAX_LOCATE_TRIES = 400
+# "Check failed: (std::holds_alternative<Grammar>(result)) is false: Invalid structural tag ..."
+_CHECK_FAILED = re.compile(r"^Check failed: \(.*?\) is false: ")
 
 
 def clean_message(text: str) -> str:
@@ -148,6 +150,8 @@ def _schema_kwargs(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _compile(compiler: Any, kind: str, source: str, options: dict[str, Any]) -> Any:
+    if kind == "structural_tag":
+        return _compile_tag(compiler, source)
     try:
         if kind == "json_schema":
             return compiler.compile_json_schema(source, **_schema_kwargs(options))
@@ -163,6 +167,63 @@ def _compile(compiler: Any, kind: str, source: str, options: dict[str, Any]) -> 
         message = bytes(exc.object).decode("utf-8", errors="replace")
         raise _grammar_error(kind, source, options, clean_message(message)) from None
     raise GrammarError(f"unknown grammar kind {kind!r}")
+
+
+def _compile_tag(compiler: Any, source: str) -> Any:
+    """Compile a structural tag; a failure is placed by compiling its leaves one by one."""
+    from app.engine.structural_tag import parse_tag
+
+    tag = parse_tag(source)
+    try:
+        return compiler.compile_structural_tag(tag.tag_json)
+    except RuntimeError as exc:
+        message = clean_message(str(exc))
+    except UnicodeDecodeError as exc:
+        message = clean_message(bytes(exc.object).decode("utf-8", errors="replace"))
+    raise _tag_error(source, tag.leaves, _CHECK_FAILED.sub("", message)) from None
+
+
+def _tag_error(source: str, leaves: Any, message: str) -> GrammarError:
+    """The error of the first leaf that fails alone (inside it where the leaf says where), else
+    xgrammar's message unplaced."""
+    import xgrammar as xgr
+
+    from app.engine.structural_tag import tag_error
+
+    defaults = {"any_whitespace": True, "strict_mode": True}
+    for leaf in leaves:
+        try:
+            with _captured_stderr():
+                if leaf.kind == "json_schema":
+                    xgr.Grammar.from_json_schema(json.dumps(leaf.value), **_schema_kwargs(defaults))
+                elif leaf.kind == "regex":
+                    xgr.Grammar.from_regex(leaf.value)
+                elif leaf.syntax == "lark":
+                    continue  # its special tokens need the tokenizer: the whole tag's error stands
+                else:
+                    xgr.Grammar.from_ebnf(leaf.value)
+        except (RuntimeError, UnicodeDecodeError, TypeError) as exc:
+            own = clean_message(str(exc))
+            inner: list[str | int] = []
+            if leaf.kind == "json_schema" and leaf.inside:
+                inner = _locate_schema_error(leaf.value, own, defaults)
+            error = tag_error(source, [*leaf.parts, *inner], f"{leaf.kind} leaf: {own}")
+            if leaf.kind == "regex" and (match := _REGEX_POSITION.search(own)):
+                _to_character(error, source, leaf.value, int(match[1]))
+            return error
+    return GrammarError(message)
+
+
+def _to_character(error: GrammarError, source: str, pattern: str, position: int) -> None:
+    """Move the error's column from the pattern's opening quote to the character at the
+    1-based ``position`` of the pattern, when the source writes it without escapes (a column
+    counted through escapes would be wrong)."""
+    if error.line is None or error.column is None:
+        return
+    line = source.splitlines()[error.line - 1]
+    written = json.dumps(pattern, ensure_ascii=False)
+    if line[error.column - 1 :].startswith(written) and "\\" not in written:
+        error.column += min(position, len(pattern))
 
 
 def _grammar_error(kind: str, source: str, options: dict[str, Any], message: str) -> GrammarError:

@@ -17,6 +17,7 @@ import xgrammar as xgr
 from app.engine import compile_worker
 from app.engine.grammar import CompileResult, GrammarKind, GrammarSpec
 from app.engine.keyword_probe import KeywordProbe, ProbeResult
+from app.engine.structural_tag import TAG_NOT_CARRIED
 from app.exceptions import GrammarError, GrammarTooComplex, InvalidInput, MaskscopeError
 from app.settings import Settings
 
@@ -163,6 +164,7 @@ class GrammarCompiler:
             warnings=tuple(answer["warnings"]),
             compile_ms=float(answer["compile_ms"]),
             size_bytes=int(answer["size_bytes"]),
+            not_carried=TAG_NOT_CARRIED if spec.kind is GrammarKind.STRUCTURAL_TAG else (),
         )
         self._remember(self._key(spec), result)
         return result

@@ -133,7 +133,8 @@ class CompileResult:
         compile_ms: wall time of the compile (llguidance: until its first mask).
         size_bytes: memory xgrammar reports for the compiled grammar; for llguidance, the size of
             its serialized grammar (it reports no memory figure).
-        not_carried: the options the library has no equivalent for (llguidance only).
+        not_carried: the options the library has no equivalent for (llguidance), or that a
+            structural tag does not take (all of them).
         cached: True when this answer came from the cache (the figures are the original ones).
     """
 

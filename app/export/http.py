@@ -38,10 +38,12 @@ _VLLM_FIELD = {
     GrammarKind.EBNF: "grammar",
     GrammarKind.REGEX: "regex",
 }
+# SGLang's sampling_params field by grammar kind (a tag as a JSON string, like a schema).
 _SGLANG_FIELD = {
     GrammarKind.JSON_SCHEMA: "json_schema",
     GrammarKind.EBNF: "ebnf",
     GrammarKind.REGEX: "regex",
+    GrammarKind.STRUCTURAL_TAG: "structural_tag",
 }
 
 
@@ -96,12 +98,20 @@ def _path(body: dict[str, Any]) -> str:
 
 def _grammar_text(req: ExportRequest) -> str:
     """The grammar as a string field takes it: SGLang's ``json_schema`` is a JSON string."""
+    if req.tag is not None:
+        return json.dumps(req.tag)
     return json.dumps(req.schema) if req.is_json else req.source
 
 
 def vllm_call(req: ExportRequest, *, legacy: bool = False) -> HttpCall:
     """vLLM's OpenAI-compatible API: ``structured_outputs``, or the removed ``guided_*`` fields."""
     body = _openai_compatible(req, req.model, max_key="max_tokens")
+    if req.tag is not None:  # StructuredOutputsParams.structural_tag: the tag as a JSON string
+        if legacy:  # no guided_* field takes a tag: the plan says the request is unconstrained
+            return HttpCall(VLLM_URL, _path(body), body)
+        text = json.dumps(req.tag)
+        body["structured_outputs"] = {"structural_tag": text}
+        return HttpCall(VLLM_URL, _path(body), body, ("structured_outputs",), schema_text=text)
     grammar = req.schema if req.is_json else req.source
     field = _VLLM_FIELD[req.kind]
     if legacy:
@@ -124,13 +134,18 @@ def sglang_call(req: ExportRequest) -> HttpCall:
             params["sampling_seed"] = req.sampling.seed
     prompt = req.raw_prompt if req.raw_prompt is not None else req.prompt_text or ""
     body = {"text": prompt, "sampling_params": params}
-    return HttpCall(SGLANG_URL, "/generate", body, schema_text=text if req.is_json else None)
+    as_json = req.is_json or req.tag is not None
+    return HttpCall(SGLANG_URL, "/generate", body, schema_text=text if as_json else None)
 
 
 def sglang_openai_call(req: ExportRequest) -> HttpCall:
     """SGLang's OpenAI-compatible API: ``response_format`` for schemas, ``ebnf`` / ``regex``."""
     body = _openai_compatible(req, req.model, max_key="max_tokens")
     base = SGLANG_URL + "/v1"
+    if req.tag is not None:  # response_format {"type": "structural_tag", "format"}: chat only
+        if "messages" in body:
+            body["response_format"] = req.tag
+        return HttpCall(base, _path(body), body)
     if req.is_json and "messages" in body:
         body["response_format"] = _response_format(req)
         return HttpCall(base, _path(body), body)

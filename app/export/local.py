@@ -70,6 +70,8 @@ def _xgrammar_program(req: ExportRequest, pydantic: Model | None, extra: list[st
             ("max_whitespace_cnt", py(opts.max_whitespace_cnt)),
         ]
         compile_ = _call("compile_json_schema", root or "SCHEMA", kwargs)
+    elif req.kind is GrammarKind.STRUCTURAL_TAG:
+        compile_ = Code("compile_structural_tag(TAG)")
     elif req.kind is GrammarKind.EBNF:
         compile_ = Code("compile_grammar(GRAMMAR)")
     else:
@@ -130,6 +132,12 @@ def llguidance_snippet(req: ExportRequest) -> Snippet:
                 "open, items: false after an open prefixItems), as Maskscope's llguidance "
                 "engine compiles it."
             )
+    elif req.kind is GrammarKind.STRUCTURAL_TAG:
+        grammar = Code('llguidance.LLMatcher.grammar_from_regex("(?s:.*)")')
+        missing.append(
+            "the structural tag: Maskscope's llguidance engine does not take tags yet, so "
+            "this program's output is not constrained"
+        )
     elif req.kind is GrammarKind.EBNF:
         grammar = Code('llguidance.grammar_from("ebnf", GRAMMAR)')
         notes.append(

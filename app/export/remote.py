@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from app.engine.grammar import GrammarKind
 from app.export.escape import Code, identifier, py, sh, sh_json
 from app.export.http import (
     HttpCall,
@@ -73,6 +74,11 @@ def vllm_plan(req: ExportRequest, *, legacy: bool = False) -> Plan:
         *vllm_notes(req, reach, legacy=legacy),
         *sampling_notes(req, "vLLM", "vLLM draws with its own generator."),
     ]
+    if legacy and req.kind is GrammarKind.STRUCTURAL_TAG:
+        missing.append(
+            "the structural tag: the guided_* fields have none (vLLM took a tag as "
+            "response_format), so this request is not constrained"
+        )
     title = "vLLM, " + ("legacy guided_* fields" if legacy else "structured_outputs")
     return Plan(title, vllm_call(req, legacy=legacy), notes, missing)
 
@@ -99,7 +105,13 @@ def sglang_plan(req: ExportRequest) -> Plan:
 def sglang_openai_plan(req: ExportRequest) -> Plan:
     """SGLang's OpenAI-compatible API."""
     notes, missing = _sglang_notes(req)
-    return Plan("SGLang, OpenAI-compatible API", sglang_openai_call(req), notes, missing)
+    call = sglang_openai_call(req)
+    if req.kind is GrammarKind.STRUCTURAL_TAG and "response_format" not in call.body:
+        missing.append(
+            "the structural tag: SGLang's /v1/completions takes none (only chat's "
+            "response_format does), so this request is not constrained"
+        )
+    return Plan("SGLang, OpenAI-compatible API", call, notes, missing)
 
 
 def openai_plan(req: ExportRequest) -> Plan:
@@ -142,6 +154,11 @@ def _names(req: ExportRequest, call: HttpCall) -> dict[int, Code]:
         names[id(req.schema)] = Code("SCHEMA")
         if call.schema_text is not None:
             names[id(call.schema_text)] = Code("json.dumps(SCHEMA)")
+    elif req.kind is GrammarKind.STRUCTURAL_TAG:
+        if call.schema_text is not None:
+            names[id(call.schema_text)] = Code("json.dumps(TAG)")
+        if "response_format" in call.body:
+            names[id(call.body["response_format"])] = Code("TAG")
     elif req.source:
         names[id(req.source)] = Code("GRAMMAR" if req.kind.value == "ebnf" else "REGEX")
     return names

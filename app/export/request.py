@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,12 @@ class ExportRequest:
     vllm_fallback: str | None = None
     vllm_guidance_error: str | None = None
     vllm_outlines: bool = False
+
+    @property
+    def tag(self) -> Any:
+        """The structural tag as an object (current form: a legacy tag comes converted), or
+        None for other kinds."""
+        return json.loads(self.source) if self.kind is GrammarKind.STRUCTURAL_TAG else None
 
     @property
     def is_json(self) -> bool:

@@ -61,8 +61,11 @@ def header(title: str, notes: Sequence[str], missing: Sequence[str]) -> Code:
 
 
 def constants(req: ExportRequest, *, with_schema: bool = True) -> list[tuple[Code, Code]]:
-    """The grammar as a named constant: ``SCHEMA`` (a Python literal), ``GRAMMAR`` or ``REGEX``."""
+    """The grammar as a named constant: ``SCHEMA`` or ``TAG`` (Python literals), ``GRAMMAR`` or
+    ``REGEX``."""
     if req.is_json:
         return [(Code("SCHEMA"), py(req.schema))] if with_schema else []
+    if req.tag is not None:
+        return [(Code("TAG"), py(req.tag))]
     name = "GRAMMAR" if req.kind.value == "ebnf" else "REGEX"
     return [(Code(name), py(req.source))]

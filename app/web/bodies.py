@@ -146,6 +146,8 @@ class GrammarIn(_Strict):
         if self.kind == "pydantic":
             assert json_schema is not None
             return GrammarSpec(GrammarKind.JSON_SCHEMA, json_schema, options, library)
+        if self.kind == "structural_tag":  # it takes no options: one cache entry whatever they say
+            options = CompileOptions()
         return GrammarSpec(GrammarKind(self.kind), self.source, options, library)
 
 

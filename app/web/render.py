@@ -58,7 +58,7 @@ def install(env: Environment) -> None:
     env.filters.update(visible=visible, b64=b64, pct=pct, hexbytes=hexbytes, chip_kind=chip_kind)
     env.globals.update(
         root_url=url,
-        source_kinds={kind.value: kind.label for kind in SourceKind},
+        source_kinds={kind.value: kind.label for kind in SourceKind if kind.on_page},
         preset_labels={preset.value: preset.label for preset in Preset},
         libraries=[library.value for library in MaskingLibrary],
     )

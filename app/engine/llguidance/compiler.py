@@ -145,6 +145,11 @@ class LlguidanceCompiler:
         Raises:
             GrammarError: the source does not parse or does not translate.
         """
+        if spec.kind is GrammarKind.STRUCTURAL_TAG:
+            raise GrammarError(
+                "llguidance cannot take a structural tag in Maskscope yet: compile it with "
+                "the xgrammar engine (and no llguidance compare)"
+            )
         if spec.kind is GrammarKind.REGEX:
             return llguidance.LLMatcher.grammar_from_regex(spec.source), ()
         if spec.kind is GrammarKind.EBNF:

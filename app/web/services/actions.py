@@ -95,7 +95,8 @@ async def compiled_follower(
 
 
 def compile_answer(result: CompileResult, grammar: GrammarIn, resolved: Resolved) -> dict[str, Any]:
-    """The ``/api/compile`` answer (with ``not_carried`` when llguidance compiled it)."""
+    """The ``/api/compile`` answer (with ``not_carried`` when llguidance compiled it, or for a
+    structural tag, which takes no compile options)."""
     derived = resolved.pydantic
     answer = {
         "grammar": result.grammar_text,
@@ -111,7 +112,7 @@ def compile_answer(result: CompileResult, grammar: GrammarIn, resolved: Resolved
         "options": grammar.options.echo(grammar.engine),
         "engine": grammar.engine,
     }
-    if result.spec.library is MaskingLibrary.LLGUIDANCE:
+    if result.spec.library is MaskingLibrary.LLGUIDANCE or result.not_carried:
         answer["not_carried"] = list(result.not_carried)
     return answer
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from app.doctor.backends import vllm as vllm_rules
 from app.doctor.backends.llguidance import Llguidance
-from app.engine import AnyEngine, render_prompt
+from app.engine import AnyEngine, GrammarKind, render_prompt
+from app.engine.structural_tag import parse_tag
 from app.exceptions import GrammarError
 from app.export import ExportRequest, Message, PydanticSource, Sampling
 from app.sandbox.sandbox import PydanticSchema
@@ -58,9 +59,12 @@ async def export_request(
     schema = _schema(spec.source) if spec.is_json else None
     # llguidance compiles the schema as vLLM's guidance backend would: off the event loop
     route = await asyncio.to_thread(_vllm_route, engine, schema)
+    source = spec.source
+    if spec.kind is GrammarKind.STRUCTURAL_TAG:  # as compiled: a legacy tag in its current form
+        source = (await asyncio.to_thread(parse_tag, source)).tag_json
     return ExportRequest(
         kind=spec.kind,
-        source=spec.source,
+        source=source,
         schema=schema,
         options=spec.options,
         preset=body.grammar.options.preset,
