@@ -47,6 +47,7 @@ bench: install browser
 	$(PY) bench/load.py
 	$(PY) bench/flood.py
 	$(PY) bench/hostile.py
+	$(PY) bench/permalink_open.py
 
 # The browser tests drive Debian's chromium (Playwright's own browser download is not used).
 browser:
