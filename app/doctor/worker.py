@@ -485,6 +485,11 @@ class DoctorWorkers:
         try:
             if not worker.ready:
                 self._wait_ready(worker, stop)
+        except RequestEnded:
+            # The client left while the process was starting: it goes on starting for the next
+            # examination (killing it would make every request of a fast typist start afresh).
+            self._release(worker, keep=True)
+            raise
         except BaseException:
             self._release(worker, keep=False)
             raise

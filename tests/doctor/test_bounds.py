@@ -5,6 +5,7 @@ limit, and on close."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import random
 import threading
 import time
@@ -206,3 +207,24 @@ def test_close_kills_a_running_examination(engine: Engine) -> None:
     with pytest.raises(NotReady):
         pool.examine(spec({"type": "integer"}), seed=0, budget_ms=200, pydantic=None,
                      max_tokens=None)  # fmt: skip
+
+
+def test_a_client_leaving_while_the_process_starts_leaves_it_to_the_next(engine: Engine) -> None:
+    """A fast typist's examinations, each left before its process has started, must not each
+    kill the starting process and start another (the queue then fills with waits)."""
+    pool = DoctorWorkers(engine, Settings())
+    try:
+        before = {child.pid for child in multiprocessing.active_children()}
+        left = Stop()
+        outcome = run_in_thread(pool, {"type": "integer"}, left, budget_ms=2000)
+        wait_for(lambda: {c.pid for c in multiprocessing.active_children()} - before)
+        [starting] = {c.pid for c in multiprocessing.active_children()} - before
+        left.set()
+        outcome["thread"].join(timeout=60)
+        assert isinstance(outcome.get("error"), RequestEnded), outcome
+        stop = Stop()
+        pool.examine(spec({"type": "integer"}), seed=0, budget_ms=2000, pydantic=None,
+                     max_tokens=None, stop=stop)  # fmt: skip
+        assert stop.pid == starting
+    finally:
+        pool.close()
