@@ -92,8 +92,15 @@ class SnapshotStore(ABC):
         """The recorded trace's JSON text of a snapshot (None: none stored, or no snapshot)."""
 
     @abstractmethod
+    def _page(self, after: tuple[float, str], batch: int) -> list[StoredRow]:
+        """Up to ``batch`` rows stored after ``after`` (created_at, id), in that order."""
+
     def rows(self, *, batch: int = 500) -> Iterator[StoredRow]:
-        """Every stored row, oldest first (for a copy)."""
+        """Every stored row, oldest first, read ``batch`` at a time."""
+        after: tuple[float, str] = (float("-inf"), "")
+        while page := self._page(after, batch):
+            yield from page
+            after = (page[-1].created_at, page[-1].id)
 
     @abstractmethod
     def add_rows(self, rows: Sequence[StoredRow]) -> list[Added]:

@@ -162,21 +162,14 @@ class PostgresStore(SnapshotStore):
             ).fetchone()
         return None if found is None else found[0]
 
-    def rows(self, *, batch: int = 500) -> Iterator[StoredRow]:
-        """Every stored row, oldest first, read ``batch`` at a time."""
-        after: tuple[float, str] = (float("-inf"), "")
-        while True:
-            with self._connection() as conn:
-                page = conn.execute(
-                    "SELECT id, content, created_at, records FROM snapshots "
-                    "WHERE (created_at, id) > (%s, %s) ORDER BY created_at, id LIMIT %s",
-                    (after[0], after[1], batch),
-                ).fetchall()
-            if not page:
-                return
-            for snapshot_id, content, created_at, records in page:
-                yield StoredRow(snapshot_id, content, float(created_at), records)
-            after = (float(page[-1][2]), page[-1][0])
+    def _page(self, after: tuple[float, str], batch: int) -> list[StoredRow]:
+        with self._connection() as conn:
+            page = conn.execute(
+                "SELECT id, content, created_at, records FROM snapshots "
+                "WHERE (created_at, id) > (%s, %s) ORDER BY created_at, id LIMIT %s",
+                (after[0], after[1], batch),
+            ).fetchall()
+        return [StoredRow(i, content, float(at), records) for i, content, at, records in page]
 
     def add_rows(self, rows: Sequence[StoredRow]) -> list[Added]:
         """Add rows that keep their ids and times, in one transaction."""
