@@ -435,18 +435,24 @@ class Prover:
             return None
         return None
 
-    def _untyped(self) -> list[Over]:
-        """Where no ``type`` is written: values of each JSON type the schema accepts there
-        and the grammar refuses."""
-        out: list[Over] = []
+    def _typeless(self) -> Iterator[tuple[str, Path]]:
+        """The located subschemas that say nothing of their JSON type (no ``type``, ``const``,
+        ``enum`` or ``$ref``, outside ``anyOf``-like splits), while the budget lasts."""
         for pointer, path in self.located.items():
             if self._spent():
-                break
+                return
             node = _node_at(self.schema, pointer)
             if not isinstance(node, dict) or "type" in node or "const" in node or "enum" in node:
                 continue
             if "$ref" in node or any(f"/{key}/" in pointer + "/" for key in _SPLIT):
                 continue
+            yield pointer, path
+
+    def _untyped(self) -> list[Over]:
+        """Where no ``type`` is written: values of each JSON type the schema accepts there
+        and the grammar refuses."""
+        out: list[Over] = []
+        for pointer, path in self._typeless():
             for kind, sample in TYPE_SAMPLES.items():
                 cause = (
                     f"no type at {pointer or 'the root'}: the schema accepts {kind} values there"
@@ -460,14 +466,7 @@ class Prover:
         """For each located subschema without ``type``: its pointer, the JSON types the schema
         accepts there, and the types the grammar can start writing there."""
         out = []
-        for pointer, path in self.located.items():
-            if self._spent():
-                break
-            node = _node_at(self.schema, pointer)
-            if not isinstance(node, dict) or "type" in node or "const" in node or "enum" in node:
-                continue
-            if "$ref" in node or any(f"/{key}/" in pointer + "/" for key in _SPLIT):
-                continue
+        for pointer, path in self._typeless():
             accepts, writes = set(), set()
             for kind, sample in TYPE_SAMPLES.items():
                 for base in self.bases:
