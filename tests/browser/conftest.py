@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent.parent.parent / "test-artifacts"
@@ -56,3 +56,18 @@ def page(browser: Browser) -> Iterator[Page]:
     context.close()
     assert errors == [], errors
     assert csp_violations(console) == [], csp_violations(console)
+
+
+@pytest.fixture
+def patient() -> Iterator[None]:
+    """Assertions wait 60 s: the CPU is shared (the Doctor examines each compile meanwhile), so
+    steps may take seconds. A module opts in with ``pytestmark = usefixtures("patient")``."""
+    expect.set_options(timeout=60_000)
+    yield
+    expect.set_options(timeout=5_000)
+
+
+def shot(page: Page, name: str) -> None:
+    """A screenshot of ``page`` in ``test-artifacts/{name}.png``, for review."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))

@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Dialog, Locator, Page, expect
 
-from tests.browser.conftest import ARTIFACTS
+from tests.browser.conftest import shot
 from tests.browser.test_playground import _lit_cells
 
-
-@pytest.fixture(autouse=True)
-def _patient() -> Iterator[None]:
-    """The CPU is shared (the Doctor examines each compile meanwhile): steps may take seconds."""
-    expect.set_options(timeout=60_000)
-    yield
-    expect.set_options(timeout=5_000)
-
-
-def _shot(page: Page, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+pytestmark = pytest.mark.usefixtures("patient")
 
 
 def _pick(page: Page, example: str) -> None:
@@ -75,7 +63,7 @@ def test_1_the_mask_panel_draws_after_a_step_and_after_a_force(
     expect(page.locator("#tokens .chip")).to_have_count(at)
     expect(page.locator("#inspector")).to_have_attribute("data-index", str(at - 1))
     _mask_drawn(page)
-    _shot(page, "page-1-mask-after-step")
+    shot(page, "page-1-mask-after-step")
 
 
 def test_2_a_two_token_step_lists_both_tokens(page: Page, live_server: str) -> None:
@@ -95,7 +83,7 @@ def test_2_a_two_token_step_lists_both_tokens(page: Page, live_server: str) -> N
     masked = [float(r.locator("td").nth(1).inner_text().rstrip("%")) for r in rows.all()]
     assert abs(sum(masked) - 100) < 0.05  # renormalised over the allowed tokens
     expect(page.locator("#inspector .mass-caption")).to_contain_text("blocked")
-    _shot(page, "page-2-allowed-list")
+    shot(page, "page-2-allowed-list")
 
 
 def test_2_a_large_mask_is_summarised_by_what_it_blocks(page: Page, live_server: str) -> None:
@@ -109,7 +97,7 @@ def test_2_a_large_mask_is_summarised_by_what_it_blocks(page: Page, live_server:
     summary = page.locator("#inspector .blocked-summary")
     expect(summary).to_contain_text("tokens containing a backslash")
     expect(page.locator("#inspector .allowed-list")).to_have_count(0)
-    _shot(page, "page-2-blocked-summary")
+    shot(page, "page-2-blocked-summary")
 
 
 def test_3_keys_after_an_example_pick_queue_and_empty_source(page: Page, live_server: str) -> None:
@@ -124,7 +112,7 @@ def test_3_keys_after_an_example_pick_queue_and_empty_source(page: Page, live_se
     page.keyboard.press(" ")
     expect(page.locator("#status")).to_have_attribute("data-done", "true", timeout=60_000)
     assert page.locator("#tokens .chip").count() > 10
-    _shot(page, "page-3-keys")
+    shot(page, "page-3-keys")
 
 
 def test_3_space_right_after_an_example_pick_starts_a_run(page: Page, live_server: str) -> None:
@@ -172,7 +160,7 @@ def test_4_switching_example_mid_run_stops_it_and_marks_the_old_output(
     page.wait_for_timeout(1500)
     assert page.locator("#tokens .chip").count() <= stopped_at + 1  # the step in flight at most
     assert page.locator("#status").get_attribute("data-done") == "false"  # no verdict for it
-    _shot(page, "page-4-stale")
+    shot(page, "page-4-stale")
     page.keyboard.press(" ")  # a new session for the new schema
     expect(page.locator("#status")).to_have_attribute("data-done", "true", timeout=60_000)
     expect(page.locator("#session-area")).not_to_have_class("session-area stale")
@@ -237,7 +225,7 @@ def test_5_forced_and_mask_changed_chips_look_different(page: Page, live_server:
     assert "the mask changed the choice" in (changed.first.get_attribute("title") or "")
     page.check("#filter-changed")
     expect(page.locator("#tokens .chip:visible")).to_have_count(changed.count())
-    _shot(page, "page-5-chip-kinds")
+    shot(page, "page-5-chip-kinds")
 
 
 def test_7_a_model_with_a_validator_compiles_with_a_notice(page: Page, live_server: str) -> None:
@@ -256,7 +244,7 @@ def test_7_a_model_with_a_validator_compiles_with_a_notice(page: Page, live_serv
     assert page.evaluate("getComputedStyle(document.querySelector('#editor')).resize") == "vertical"
     long_line = page.locator("#editor .cm-line").filter(has_text="long line").bounding_box()
     assert long_line and long_line["height"] > 30  # wrapped onto several rows, not scrolled away
-    _shot(page, "page-7-validator")
+    shot(page, "page-7-validator")
 
 
 def test_7_copy_output_copies_the_text(page: Page, live_server: str) -> None:
@@ -288,7 +276,7 @@ def test_6_a_pretty_printed_replay_names_whitespace_as_the_cause(
     expect(cause).to_contain_text("vLLM default")
     expect(page.locator("#replay-result mark")).to_have_text("↵")
     expect(page.locator("#replay-result mark")).to_be_in_viewport()
-    _shot(page, "page-6-replay-whitespace")
+    shot(page, "page-6-replay-whitespace")
 
 
 def test_6_an_enum_refusal_lists_the_values_and_marks_the_schema_line(
@@ -306,4 +294,4 @@ def test_6_an_enum_refusal_lists_the_values_and_marks_the_schema_line(
     assert page.evaluate("() => maskscope.ui.replayDiagnostics.length") == 1
     warned = {m["line"] for m in marks if m["severity"] == "warning"} | {int(line)}
     expect(page.locator("#editor .cm-lint-marker-warning")).to_have_count(len(warned))
-    _shot(page, "page-6-replay-enum")
+    shot(page, "page-6-replay-enum")

@@ -18,7 +18,7 @@ from playwright.sync_api import (
     expect,
 )
 
-from tests.browser.conftest import ARTIFACTS, REPORT_CSP_VIOLATIONS, csp_violations
+from tests.browser.conftest import REPORT_CSP_VIOLATIONS, csp_violations, shot
 
 WIDE: ViewportSize = {"width": 1440, "height": 900}
 SMALL: ViewportSize = {"width": 1280, "height": 720}
@@ -73,17 +73,7 @@ def shared(browser: Browser) -> Iterator[Shared]:
     assert csp_violations(one.console) == [], csp_violations(one.console)
 
 
-@pytest.fixture(autouse=True)
-def _patient() -> Iterator[None]:
-    """The CPU is shared (the Doctor examines each compile meanwhile): steps may take seconds."""
-    expect.set_options(timeout=60_000)
-    yield
-    expect.set_options(timeout=5_000)
-
-
-def _shot(page: Page, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+pytestmark = pytest.mark.usefixtures("patient")
 
 
 def _box(page: Page, selector: str) -> FloatRect:
@@ -179,7 +169,7 @@ def test_p6_the_compile_options_sit_beside_the_kind_tabs(shared: Shared, live_se
     page.locator("header.topbar").click()
     page.keyboard.press("ArrowRight")
     expect(page.locator("#tokens .chip")).to_have_count(1)
-    _shot(page, "layout-1440x900")
+    shot(page, "layout-1440x900")
     shown = ("#editor", "#tokens", "#timeline", ".timeline-legend", "#compile-result .stats")
     for selector in shown:
         _in_view(page, selector)
@@ -210,7 +200,7 @@ def test_p10_the_tests_table_is_wide_and_the_editor_keeps_its_height(
     assert _box(page, ".dock-body")["height"] >= body_before + 90
     page.click("#btn-dock-max")
     assert _box(page, "#dock")["height"] >= 650
-    _shot(page, "layout-1440x900-tests-maximised")
+    shot(page, "layout-1440x900-tests-maximised")
     page.click("#btn-dock-max")
     assert _box(page, "#dock")["height"] < 650
     page.evaluate("() => localStorage.clear()")
@@ -229,7 +219,7 @@ def test_p14_a_first_visit_has_an_example_and_fits_1280x720(
     page.locator("header.topbar").click()
     page.keyboard.press("ArrowRight")
     expect(page.locator("#tokens .chip")).to_have_count(1)
-    _shot(page, "layout-1280x720")
+    shot(page, "layout-1280x720")
     _in_view(page, "#tokens")
     _in_view(page, "#timeline")
     _below(page, "#tokens", ".output-tools")
@@ -252,7 +242,7 @@ def test_p14_a_first_visit_has_an_example_and_fits_1280x720(
     page.wait_for_timeout(800)  # the compile's debounce: no late error replaces the hint
     expect(page.locator("#compile-result .compile-error")).to_have_count(0)
     expect(page.locator("#compile-summary .badge.bad")).to_have_count(0)
-    _shot(page, "layout-1280x720-empty")
+    shot(page, "layout-1280x720-empty")
     page.set_viewport_size(WIDE)
 
 
@@ -403,7 +393,7 @@ def test_p12_a_permalink_paints_its_recorded_trace_before_the_live_session(
             )
             < 1
         )  # greyed until replaced
-        _shot(page, "page-12-recorded-trace-1440")
+        shot(page, "page-12-recorded-trace-1440")
         held[0].continue_()
     finally:
         page.unroute("**/ui/permalinks/*/open")

@@ -18,23 +18,25 @@ import httpx
 import pytest
 
 from app.web.security import CSRF_COOKIE, CSRF_HEADER
+from tests.app_process import ROOT, AppProcess
 from tests.postgres_server import PostgresServer
 from tests.web.conftest import session_body
-from tests.web.maskscope_server import ROOT, MaskscopeServer
 
 SECRET = "the-team-secret-0123456789abcdef"
+#: A compile worker each: several servers share the machine.
+_ONE_COMPILER = {"MASKSCOPE_COMPILE_WORKERS": "1"}
 
 
 @pytest.fixture(scope="module")
-def replicas(postgres: PostgresServer) -> Iterator[tuple[MaskscopeServer, MaskscopeServer]]:
+def replicas(postgres: PostgresServer) -> Iterator[tuple[AppProcess, AppProcess]]:
     """Replicas ``alpha`` and ``beta``: the same secret, the same database."""
-    env = {"MASKSCOPE_DB_URL": postgres.new_database(), "MASKSCOPE_SECRET": SECRET}
+    env = {"MASKSCOPE_DB_URL": postgres.new_database(), "MASKSCOPE_SECRET": SECRET, **_ONE_COMPILER}
     pair = tuple(
-        MaskscopeServer(name, {**env, "MASKSCOPE_REPLICA_ID": name}) for name in ("alpha", "beta")
+        AppProcess(name, env={**env, "MASKSCOPE_REPLICA_ID": name}) for name in ("alpha", "beta")
     )
     try:
         for server in pair:
-            server.start()
+            server.start(wait=False)
         for server in pair:
             server.wait_ready()
         yield pair[0], pair[1]
@@ -54,7 +56,7 @@ def test_a_replica_id_without_a_secret_refuses_to_start(tmp_path: Path) -> None:
 
 
 def test_a_permalink_made_on_one_replica_opens_on_the_other(
-    replicas: tuple[MaskscopeServer, MaskscopeServer],
+    replicas: tuple[AppProcess, AppProcess],
 ) -> None:
     alpha, beta = replicas
     body = {**session_body(max_tokens=12), "actions": [{"op": "step", "n": 6}]}
@@ -71,7 +73,7 @@ def test_a_permalink_made_on_one_replica_opens_on_the_other(
     assert httpx.get(f"{beta.url}/s/{snapshot_id}", timeout=120).status_code == 200
 
 
-def _page_token(server: MaskscopeServer) -> tuple[str, str]:
+def _page_token(server: AppProcess) -> tuple[str, str]:
     """The CSRF cookie and token a page served by ``server`` carries."""
     page = httpx.get(f"{server.url}/", timeout=60)
     found = re.search(r'<meta name="csrf-token" content="([^"]+)">', page.text)
@@ -80,7 +82,7 @@ def _page_token(server: MaskscopeServer) -> tuple[str, str]:
 
 
 def test_a_session_sent_to_the_wrong_replica_gets_421_naming_the_holder(
-    replicas: tuple[MaskscopeServer, MaskscopeServer],
+    replicas: tuple[AppProcess, AppProcess],
 ) -> None:
     alpha, beta = replicas
     opened = httpx.post(f"{alpha.url}/api/sessions", json=session_body(max_tokens=4), timeout=120)
@@ -139,9 +141,9 @@ def test_kill_9_during_a_burst_of_permalinks_loses_none_acknowledged(
         env = {"MASKSCOPE_DB_URL": f"sqlite:///{tmp_path / 'permalinks.db'}"}
     else:
         env = {"MASKSCOPE_DB_URL": request.getfixturevalue("postgres").new_database()}
-    server = MaskscopeServer(f"kill-{kind}", env)
+    env = {**env, **_ONE_COMPILER}
+    server = AppProcess(f"kill-{kind}", env=env)
     server.start()
-    server.wait_ready()
     acknowledged: list[tuple[str, str]] = []
     stop = threading.Event()
     workers = [
@@ -161,8 +163,8 @@ def test_kill_9_during_a_burst_of_permalinks_loses_none_acknowledged(
         server.stop()
     assert len(acknowledged) >= 60
     assert [a for a in acknowledged if a[0] == "unexpected"] == []
-    restarted = MaskscopeServer(f"kill-{kind}-restarted", env)
-    restarted.start()
+    restarted = AppProcess(f"kill-{kind}-restarted", env=env)
+    restarted.start(wait=False)
     try:
         restarted.wait_ready()
         with httpx.Client(base_url=restarted.url, timeout=60) as client:
