@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from app.engine.tools.base import BuilderName, ToolFormat, ToolsBuild, ToolsRequest
-from app.exceptions import GrammarError, GrammarTooComplex
+from app.exceptions import GrammarError, GrammarTooComplex, MaskscopeError
 from app.paths import pointer_from_parts
 from app.settings import Settings
 
@@ -66,6 +66,10 @@ class _Runner:
     @property
     def alive(self) -> bool:
         return self._process.poll() is None
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
 
     def call(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """Send one request and wait up to ``timeout_s`` for its answer."""
@@ -162,23 +166,31 @@ class VllmBuilder:
         """
         if not self.installed:
             return [
-                ToolFormat(
-                    builder=self.name,
-                    name="unavailable",
-                    builds_tag=False,
-                    reasoning_end=None,
-                    available=False,
-                    reason=f"vLLM is not installed ({self._settings.vllm_python} is missing): "
-                    f"run `{INSTALL_COMMAND}`",
+                self._unavailable(
+                    f"vLLM is not installed ({self._settings.vllm_python} is missing): "
+                    f"run `{INSTALL_COMMAND}`"
                 )
             ]
-        path = tokenizer if tokenizer is not None else self._default_tokenizer()
-        if path not in self._formats:
-            answer = self._call(None, {"op": "formats", "tokenizer": path})
-            self._formats[path] = [
-                ToolFormat(builder=self.name, **entry) for entry in answer["formats"]
-            ]
+        try:
+            path = tokenizer if tokenizer is not None else self._default_tokenizer()
+            if path not in self._formats:
+                answer, _ = self._call(None, {"op": "formats", "tokenizer": path})
+                self._formats[path] = [
+                    ToolFormat(builder=self.name, **entry) for entry in answer["formats"]
+                ]
+        except MaskscopeError as error:  # a virtualenv that does not run, a model not there
+            return [self._unavailable(error.message)]
         return list(self._formats[path])
+
+    def _unavailable(self, reason: str) -> ToolFormat:
+        return ToolFormat(
+            builder=self.name,
+            name="unavailable",
+            builds_tag=False,
+            reasoning_end=None,
+            available=False,
+            reason=reason,
+        )
 
     def build(self, request: ToolsRequest, tokenizer: str) -> ToolsBuild:
         """The structural tag vLLM's server applies to ``request`` on ``tokenizer``.
@@ -211,8 +223,7 @@ class VllmBuilder:
             "reasoning_parser": request.reasoning_parser,
             "response_format": request.response_format,
         }
-        answer = self._call(request.strict_tool_calling, message)
-        versions = self._runners[request.strict_tool_calling].versions
+        answer, versions = self._call(request.strict_tool_calling, message)
         notes: list[str] = []
         if answer["tag"] is not None:
             notes.append(
@@ -232,6 +243,11 @@ class VllmBuilder:
             notes=tuple(notes),
         )
 
+    def runner_pid(self, strict_tool_calling: bool | None = None) -> int | None:
+        """The id of the live runner process for this ``strict_tool_calling``, if one runs."""
+        runner = self._runners.get(strict_tool_calling)
+        return runner.pid if runner is not None and runner.alive else None
+
     def close(self) -> None:
         """Kill every runner process this builder started."""
         with self._lock:
@@ -244,15 +260,20 @@ class VllmBuilder:
 
         return checkpoint_source(self._settings)
 
-    def _call(self, strict: bool | None, message: dict[str, Any]) -> dict[str, Any]:
+    def _call(
+        self, strict: bool | None, message: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """The runner's answer to ``message`` and the versions it runs."""
         with self._lock:
             try:
-                answer = self._runner(strict).call(message, self._settings.vllm_timeout_s)
+                runner = self._runner(strict)
+                answer = runner.call(message, self._settings.vllm_timeout_s)
             except _RunnerDied:
                 # A runner that died between calls (or in this one) is replaced once.
                 self._runners.pop(strict, None)
                 try:
-                    answer = self._runner(strict).call(message, self._settings.vllm_timeout_s)
+                    runner = self._runner(strict)
+                    answer = runner.call(message, self._settings.vllm_timeout_s)
                 except _RunnerDied as died:
                     self._runners.pop(strict, None)
                     raise GrammarError(
@@ -262,7 +283,7 @@ class VllmBuilder:
             error = answer["error"]
             loc = error.get("loc") or []
             raise GrammarError(error["message"], pointer=pointer_from_parts(loc) if loc else None)
-        return answer
+        return answer, dict(runner.versions)
 
     def _runner(self, strict: bool | None) -> _Runner:
         runner = self._runners.get(strict)
