@@ -101,6 +101,11 @@ def _default_db_path() -> Path:
     return Path(base) / "maskscope" / "permalinks.db"
 
 
+def _default_vllm_python() -> Path:
+    # The virtualenv `make vllm-install` makes beside the code (vLLM pins its own xgrammar).
+    return Path(__file__).resolve().parent.parent / ".venv-vllm" / "bin" / "python"
+
+
 def _default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "maskscope"
@@ -151,6 +156,11 @@ class Settings(BaseSettings):
         replay_max_tokens: the most tokens a replay walks (413 beyond); None: ``max_tokens_cap``.
         remote_engines: vLLM endpoints to drive besides the local model (a JSON list).
         remote_timeout_s: how long a remote engine may take to answer one request.
+        vllm_python: the Python of vLLM's own virtualenv (``make vllm-install``), which runs
+            vLLM's tool-call code for the vLLM tools builder; absent, that builder is listed
+            as unavailable.
+        vllm_timeout_s: wall-clock limit of one call into vLLM's tool-call code (the first
+            one also imports vLLM and loads the tokenizer).
         host: address ``python -m app serve`` binds by default.
         port: port ``python -m app serve`` binds by default.
         allowed_hosts: the host names (ports ignored) this server answers to, a JSON list or
@@ -201,6 +211,8 @@ class Settings(BaseSettings):
     replay_max_tokens: int | None = Field(default=None, ge=1, le=MAX_REPLAY_TOKENS)
     remote_engines: list[RemoteEngineSpec] = Field(default_factory=list)
     remote_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    vllm_python: Path = Field(default_factory=_default_vllm_python)
+    vllm_timeout_s: float = Field(default=120.0, gt=0, le=3600)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     allowed_hosts: Annotated[list[str] | None, NoDecode] = None
