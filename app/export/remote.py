@@ -125,6 +125,13 @@ def vllm_plan(req: ExportRequest, *, legacy: bool = False) -> Plan:
         *_raw_tag_note(req),
         *sampling_notes(req, "vLLM", "vLLM draws with its own generator."),
     ]
+    if req.legacy_tag is not None and not legacy:
+        notes.append(
+            "The tag was given in its legacy form and is sent converted, as Maskscope compiled "
+            "it: vLLM's xgrammar backend takes either form, its guidance backend only the "
+            "legacy one (send the tag as given there; pick the engine llguidance in Maskscope "
+            "to see that mask)."
+        )
     if legacy and req.tag is not None:
         missing.append(
             "the structural tag: the guided_* fields have none (vLLM took a tag as "

@@ -273,6 +273,24 @@ def test_export_sends_the_tag_as_a_structural_tag(client: TestClient) -> None:
     assert "triggered_tags" in legacy  # sent as compiled: converted to the current form
 
 
+def test_the_llguidance_export_of_a_legacy_tag_builds_it_as_vllms_guidance_backend(
+    client: TestClient,
+) -> None:
+    body = {"grammar": grammar(FUNCTION_TAG), "messages": MESSAGES, "max_tokens": 40}
+    answer = client.post("/api/export?target=llguidance", json=body).json()
+    assert answer["not_expressible"] == []
+    assert "llguidance.StructTag.to_grammar" in answer["code"]
+    assert ast.literal_eval(_constant(answer["code"], "TAG")) == FUNCTION_TAG  # as written
+
+
+def _constant(code: str, name: str) -> str:
+    statement = next(
+        s for s in ast.parse(code).body
+        if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == name
+    )  # fmt: skip
+    return ast.unparse(statement.value)
+
+
 def test_the_doctor_fills_only_the_costs(client: TestClient) -> None:
     report = client.post("/api/doctor", json={"grammar": grammar(), "budget_ms": 300}).json()
     assert report["backends"] == [] and report["keywords"] == []
