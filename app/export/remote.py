@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,7 +99,7 @@ def vllm_tools_command(req: ExportRequest) -> str:
 def _vllm_tools_plan(req: ExportRequest) -> Plan:
     """vLLM's Chat Completions with the tools: vLLM builds the tag itself, as Maskscope did."""
     assert req.tools is not None
-    serve = vllm_serve(req.tools)
+    serve = vllm_serve(req.tools, importlib.metadata.version("xgrammar"))
     notes = [
         f"vLLM {VLLM_VERSION}: Chat Completions with tools; the vllm builder's parser "
         f"{one_line(req.tools.request.format)} builds the structural tag.",
@@ -125,6 +126,8 @@ def vllm_plan(req: ExportRequest, *, legacy: bool = False) -> Plan:
         *_raw_tag_note(req),
         *sampling_notes(req, "vLLM", "vLLM draws with its own generator."),
     ]
+    if legacy and req.tools is not None:
+        missing.append("the tools: this legacy request does not send them (the vllm target does)")
     if req.legacy_tag is not None and not legacy:
         notes.append(
             "The tag was given in its legacy form and is sent converted, as Maskscope compiled "

@@ -61,12 +61,15 @@ class ToolsExport:
         reason: the builder's reason for building none, when it says one.
         stack_reasoning: the session's ``reasoning`` setting (``none``, ``mask_after_end``,
             ``mask_everywhere``), None when the session names none.
+        builder_versions: the libraries that built the tag (``{"vllm": "0.32.0", "xgrammar":
+            "0.2.8"}``), empty when not known.
     """
 
     request: ToolsRequest
     tag: Any = None
     reason: str | None = None
     stack_reasoning: str | None = None
+    builder_versions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

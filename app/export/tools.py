@@ -78,9 +78,24 @@ def tools_fields(tools: ToolsExport) -> dict[str, Any]:
     return fields
 
 
-def vllm_serve(tools: ToolsExport) -> Serve:
+def _versions_note(tools: ToolsExport, masking_xgrammar: str) -> list[str]:
+    built_with = tools.builder_versions.get("xgrammar")
+    if built_with is None or built_with == masking_xgrammar:
+        return []
+    return [
+        f"vLLM compiles its tag with its own xgrammar {built_with}; Maskscope masked with "
+        f"xgrammar {masking_xgrammar}."
+    ]
+
+
+def vllm_serve(tools: ToolsExport, masking_xgrammar: str = "") -> Serve:
     """The ``vllm serve`` flags and environment under which vLLM builds the tag Maskscope
-    showed (only those that differ from vLLM's defaults, and the two it always needs)."""
+    showed (only those that differ from vLLM's defaults, and the two it always needs).
+
+    Args:
+        masking_xgrammar: the version of the xgrammar that masked in Maskscope, to say when
+            vLLM's differs.
+    """
     request = tools.request
     flags = ["--enable-auto-tool-choice", "--tool-call-parser", request.format]
     notes = [
@@ -116,6 +131,7 @@ def vllm_serve(tools: ToolsExport) -> Serve:
     if tools.tag is None:
         why = f" ({tools.reason})" if tools.reason else ""
         notes.append(f"vLLM builds no tag for this request either{why}: no call is constrained.")
+    notes += _versions_note(tools, masking_xgrammar)
     return Serve(tuple(env), tuple(flags), tuple(notes), tuple(missing))
 
 
@@ -165,4 +181,5 @@ def tools_export(
     )
     tag = getattr(built, "tag", None)
     reason = getattr(built, "reason", None)
-    return ToolsExport(request, tag, reason, stack_reasoning)
+    versions = dict(getattr(built, "builder_versions", None) or {})
+    return ToolsExport(request, tag, reason, stack_reasoning, versions)

@@ -93,7 +93,8 @@ MESSAGES = (Message("system", "Use the tools."), Message("user", "Weather in Osl
 def _request(
     source: dict[str, Any], stack: str | None = None, tag: Any = TAG, **extra: Any
 ) -> ExportRequest:
-    built = ToolsBuild(tag, None if tag else "no tag: tool_choice auto", None, {})
+    versions = {"vllm": "0.32.0", "xgrammar": "0.2.8"}
+    built = ToolsBuild(tag, None if tag else "no tag: tool_choice auto", None, versions)
     tools = tools_export(source, built, stack_reasoning=stack)
     return ExportRequest(
         kind=GrammarKind.STRUCTURAL_TAG,
@@ -176,6 +177,7 @@ def test_vllms_own_request_model_and_argument_parser_take_the_export(
         assert _argv(command) == (env, ["Qwen/Qwen3-8B", *flags])
         code = export(req, "vllm").code
         assert "$ " + command in code  # the snippet says how to serve, word for word
+        assert "its own xgrammar 0.2.8; Maskscope masked with xgrammar 0.2.9" in unwrapped(code)
         path, sent = _sent(code, capture, monkeypatch)
         assert path == "/v1/chat/completions"
         assert sent == curl_body(export(req, "curl_vllm").code)
