@@ -16,6 +16,7 @@ from typing import Any
 
 from app.engine.grammar import GrammarKind
 from app.export.request import ExportRequest
+from app.export.tools import tools_fields
 
 __all__ = [
     "OPENAI_MODEL",
@@ -23,6 +24,7 @@ __all__ = [
     "openai_call",
     "sglang_call",
     "sglang_openai_call",
+    "tools_call",
     "vllm_call",
 ]
 
@@ -103,9 +105,24 @@ def _grammar_text(req: ExportRequest) -> str:
     return json.dumps(req.schema) if req.is_json else req.source
 
 
+def tools_call(req: ExportRequest, base_url: str) -> HttpCall:
+    """Chat Completions with the source's tools (a raw prompt goes as a user message: tools
+    need the chat API)."""
+    assert req.tools is not None
+    body = _openai_compatible(req, req.model, max_key="max_tokens")
+    if "prompt" in body:
+        del body["prompt"]
+        body = {"model": body.pop("model"), "messages": [
+            {"role": "user", "content": req.raw_prompt}], **body}  # fmt: skip
+    body.update(tools_fields(req.tools))
+    return HttpCall(base_url, "/chat/completions", body)
+
+
 def vllm_call(req: ExportRequest, *, legacy: bool = False) -> HttpCall:
     """vLLM's OpenAI-compatible API: ``structured_outputs``, or the removed ``guided_*`` fields."""
     body = _openai_compatible(req, req.model, max_key="max_tokens")
+    if req.kind is GrammarKind.STRUCTURAL_TAG and req.tag is None:  # a tools source, no tag
+        return HttpCall(VLLM_URL, _path(body), body)
     if req.tag is not None:  # StructuredOutputsParams.structural_tag: the tag as a JSON string
         if legacy:  # no guided_* field takes a tag: the plan says the request is unconstrained
             return HttpCall(VLLM_URL, _path(body), body)
@@ -127,6 +144,8 @@ def sglang_call(req: ExportRequest) -> HttpCall:
     """SGLang's native ``/generate``: the rendered prompt and ``sampling_params``."""
     text = _grammar_text(req)
     params: dict[str, Any] = {_SGLANG_FIELD[req.kind]: text, "max_new_tokens": req.max_tokens}
+    if req.kind is GrammarKind.STRUCTURAL_TAG and req.tag is None:  # a tools source, no tag
+        del params[_SGLANG_FIELD[req.kind]]
     params["temperature"] = req.sampling.temperature
     if not req.sampling.greedy:
         params["top_p"] = req.sampling.top_p
@@ -142,6 +161,8 @@ def sglang_openai_call(req: ExportRequest) -> HttpCall:
     """SGLang's OpenAI-compatible API: ``response_format`` for schemas, ``ebnf`` / ``regex``."""
     body = _openai_compatible(req, req.model, max_key="max_tokens")
     base = SGLANG_URL + "/v1"
+    if req.kind is GrammarKind.STRUCTURAL_TAG and req.tag is None:  # a tools source, no tag
+        return HttpCall(base, _path(body), body)
     if req.tag is not None:  # response_format {"type": "structural_tag", "format"}: chat only
         if "messages" in body:
             body["response_format"] = req.tag

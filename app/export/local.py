@@ -8,6 +8,7 @@ from typing import Any
 
 from app.engine.grammar import GrammarKind
 from app.engine.llguidance.options import NOT_CARRIED_WHY, JsonOptions, json_options
+from app.engine.llguidance.tags import ARGUMENTS_UNCHECKED, WHITESPACE_FLEXIBLE
 from app.export.escape import Code, py
 from app.export.model import Model, with_model
 from app.export.notes import options_line, pydantic_notes, sampling_notes
@@ -19,6 +20,22 @@ from app.export.snippet import Snippet, constants, header
 __all__ = ["llguidance_snippet", "xgrammar_snippet"]
 
 _SEED_NOTE = "transformers draws with torch's generator, Maskscope with its own."
+_ANY_TEXT = r"[\s\S]*"
+# vLLM 0.32.0's serialize_guidance_grammar for a legacy tag (backend_guidance.py), as written.
+_STRUCT_TAG = f"""llguidance.StructTag.to_grammar([
+    llguidance.StructTag(
+        trigger=next(t for t in TAG["triggers"] if s["begin"].startswith(t)),
+        begin=s["begin"],
+        grammar=llguidance.LLMatcher.grammar_from_json_schema(
+            s["schema"], defaults={{"whitespace_flexible": {WHITESPACE_FLEXIBLE!r}}}
+        ),
+        end=s["end"],
+    )
+    for s in TAG["structures"]
+])"""
+
+
+_NO_TAG = "no structural tag: the builder built none, so this program's output is not constrained"
 
 
 def _version(package: str) -> str:
@@ -54,7 +71,11 @@ def _call(function: str, first: str, options: list[tuple[str, Code]]) -> Code:
 def xgrammar_snippet(req: ExportRequest) -> Snippet:
     """xgrammar's compile with exactly the effective options, and a transformers generate loop."""
     code = with_model(req, lambda model, notes: _xgrammar_program(req, model, notes))
-    return Snippet("xgrammar", "python", code, ())
+    return Snippet("xgrammar", "python", code, tuple(_no_tag(req)))
+
+
+def _no_tag(req: ExportRequest) -> list[str]:
+    return [_NO_TAG] if req.kind is GrammarKind.STRUCTURAL_TAG and req.tag is None else []
 
 
 def _xgrammar_program(req: ExportRequest, pydantic: Model | None, extra: list[str]) -> str:
@@ -70,6 +91,8 @@ def _xgrammar_program(req: ExportRequest, pydantic: Model | None, extra: list[st
             ("max_whitespace_cnt", py(opts.max_whitespace_cnt)),
         ]
         compile_ = _call("compile_json_schema", root or "SCHEMA", kwargs)
+    elif req.kind is GrammarKind.STRUCTURAL_TAG and req.tag is None:  # tools, no tag built
+        compile_ = Code(f"compile_regex({py(_ANY_TEXT)})")
     elif req.kind is GrammarKind.STRUCTURAL_TAG:
         compile_ = Code("compile_structural_tag(TAG)")
     elif req.kind is GrammarKind.EBNF:
@@ -87,7 +110,7 @@ def _xgrammar_program(req: ExportRequest, pydantic: Model | None, extra: list[st
     ]
     return render(
         "xgrammar.py.j2",
-        notes=header("xgrammar", notes, []),
+        notes=header("xgrammar", notes, _no_tag(req)),
         pydantic=pydantic.source if pydantic else None,
         constants=[*constants(req, with_schema=root is None), *prompt_consts],
         model=py(req.model),
@@ -132,11 +155,22 @@ def llguidance_snippet(req: ExportRequest) -> Snippet:
                 "open, items: false after an open prefixItems), as Maskscope's llguidance "
                 "engine compiles it."
             )
+    elif req.legacy_tag is not None:
+        consts = [(Code("TAG"), py(req.legacy_tag))]
+        grammar = Code(_STRUCT_TAG)
+        notes.append(
+            "The tag in its legacy form, through llguidance.StructTag as vLLM's guidance "
+            "backend builds it (Maskscope's llguidance engine does the same): "
+            f"{ARGUMENTS_UNCHECKED}."
+        )
     elif req.kind is GrammarKind.STRUCTURAL_TAG:
         grammar = Code('llguidance.LLMatcher.grammar_from_regex("(?s:.*)")')
         missing.append(
-            "the structural tag: Maskscope's llguidance engine does not take tags yet, so "
-            "this program's output is not constrained"
+            "the structural tag: llguidance takes only the legacy {structures, triggers} form "
+            "(as vLLM's guidance backend does); this one has no llguidance equivalent, so this "
+            "program's output is not constrained"
+            if req.tag is not None
+            else _NO_TAG
         )
     elif req.kind is GrammarKind.EBNF:
         grammar = Code('llguidance.grammar_from("ebnf", GRAMMAR)')

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from dataclasses import dataclass
 from typing import Any
 
 from app.engine.grammar import GrammarKind
-from app.export.escape import Code, identifier, py, sh, sh_json
+from app.export.escape import Code, identifier, one_line, py, sh, sh_json
 from app.export.http import (
+    SGLANG_URL,
+    VLLM_URL,
     HttpCall,
     openai_call,
     sglang_call,
     sglang_openai_call,
+    tools_call,
     vllm_call,
 )
 from app.export.model import Model, with_model
@@ -32,6 +36,7 @@ from app.export.options import (
 from app.export.render import render
 from app.export.request import ExportRequest
 from app.export.snippet import Snippet, constants, header, missing_options
+from app.export.tools import sglang_parser, vllm_serve
 
 __all__ = [
     "Plan",
@@ -65,16 +70,72 @@ class Plan:
     parse_pydantic: bool = False
 
 
+def _no_tag(req: ExportRequest) -> list[str]:
+    """A tools source whose builder built no tag: nothing constrains the output."""
+    if req.tools is None or req.tag is not None:
+        return []
+    why = f" ({one_line(req.tools.reason)})" if req.tools.reason else ""
+    return [f"no structural tag: the builder built none{why}, so nothing is constrained"]
+
+
+def _raw_tag_note(req: ExportRequest) -> list[str]:
+    if req.tools is None:
+        return []
+    return [
+        "The tools source's tag is sent raw, as Maskscope built it: the server applies that "
+        "tag, and no tool parser turns the calls it writes into tool_calls."
+    ]
+
+
+def vllm_tools_command(req: ExportRequest) -> str:
+    """The ``vllm serve`` command line a tools request needs (environment first)."""
+    assert req.tools is not None
+    serve = vllm_serve(req.tools)
+    env = [f"{name}={value}" for name, value in serve.env]
+    words = [*env, "vllm", "serve", req.model, *serve.flags]
+    return one_line(" ".join(sh(word) if i >= len(env) else word for i, word in enumerate(words)))
+
+
+def _vllm_tools_plan(req: ExportRequest) -> Plan:
+    """vLLM's Chat Completions with the tools: vLLM builds the tag itself, as Maskscope did."""
+    assert req.tools is not None
+    serve = vllm_serve(req.tools, importlib.metadata.version("xgrammar"))
+    notes = [
+        f"vLLM {VLLM_VERSION}: Chat Completions with tools; the vllm builder's parser "
+        f"{one_line(req.tools.request.format)} builds the structural tag.",
+        "Serve the model with:\n$ " + vllm_tools_command(req),
+        *serve.notes,
+        *sampling_notes(req, "vLLM", "vLLM draws with its own generator."),
+    ]
+    missing = list(serve.missing)
+    if req.raw_prompt is not None:
+        missing.append("raw_prompt: tools need the chat API; the raw prompt is a user message")
+    return Plan("vLLM, Chat Completions with tools", tools_call(req, VLLM_URL), notes, missing)
+
+
 def vllm_plan(req: ExportRequest, *, legacy: bool = False) -> Plan:
     """vLLM's OpenAI-compatible server (``structured_outputs``, or ``guided_*`` when legacy)."""
+    if req.tools is not None and req.tools.request.builder == "vllm" and not legacy:
+        return _vllm_tools_plan(req)
     reach, missing = missing_options(req, reach_vllm, f"vLLM {VLLM_VERSION}")
+    missing += _no_tag(req)
     notes = [
         options_line(req),
         *pydantic_notes(req),
         *vllm_notes(req, reach, legacy=legacy),
+        *_raw_tag_note(req),
         *sampling_notes(req, "vLLM", "vLLM draws with its own generator."),
     ]
-    if legacy and req.kind is GrammarKind.STRUCTURAL_TAG:
+    if legacy and req.tools is not None:
+        missing.append("the tools: this legacy request does not send them (the vllm target does)")
+    if req.legacy_tag is not None and not legacy:
+        notes.append(
+            "The tag was given in its legacy form and is sent converted, as Maskscope compiled "
+            "it: vLLM's xgrammar backend takes either form, its guidance backend only the "
+            "legacy one (send the tag as given there; pick the engine llguidance in Maskscope "
+            "to see that mask)."
+        )
+    if legacy and req.tag is not None:
         missing.append(
             "the structural tag: the guided_* fields have none (vLLM took a tag as "
             "response_format), so this request is not constrained"
@@ -90,8 +151,9 @@ def _sglang_notes(req: ExportRequest) -> tuple[list[str], list[str]]:
         options_line(req),
         *pydantic_notes(req),
         *sglang_notes(req, reach),
+        *_raw_tag_note(req),
         *sampling_notes(req, "SGLang", seed),
-    ], missing
+    ], [*missing, *_no_tag(req)]
 
 
 def sglang_plan(req: ExportRequest) -> Plan:
@@ -102,11 +164,39 @@ def sglang_plan(req: ExportRequest) -> Plan:
     return Plan("SGLang, native /generate", sglang_call(req), notes, missing, sdk=False)
 
 
+def _sglang_tools_plan(req: ExportRequest, parser: str, why: str) -> Plan:
+    """SGLang's Chat Completions with the tools and the parser that builds xgrammar's tag."""
+    launch = ["python -m sglang.launch_server --model-path", sh(req.model), "--tool-call-parser"]
+    seed = "it honours the seed only when started with --enable-deterministic-inference."
+    notes = [
+        f"SGLang {SGLANG_VERSION}: Chat Completions with tools.",
+        "Serve the model with:\n$ " + one_line(" ".join([*launch, sh(parser)])),
+        why,
+        *sampling_notes(req, "SGLang", seed),
+    ]
+    missing = []
+    if req.tools is not None and req.tools.request.reasoning_parser:
+        missing.append(
+            "reasoning_parser: it names a vLLM reasoning parser; SGLang's --reasoning-parser "
+            "names differ, so none is set"
+        )
+    if req.raw_prompt is not None:
+        missing.append("raw_prompt: tools need the chat API; the raw prompt is a user message")
+    call = tools_call(req, SGLANG_URL + "/v1")
+    return Plan("SGLang, Chat Completions with tools", call, notes, missing)
+
+
 def sglang_openai_plan(req: ExportRequest) -> Plan:
     """SGLang's OpenAI-compatible API."""
+    if req.tools is not None:
+        parser, why = sglang_parser(req.tools)
+        if parser is not None:
+            return _sglang_tools_plan(req, parser, why)
     notes, missing = _sglang_notes(req)
+    if req.tools is not None:
+        notes.append(why[0].upper() + why[1:] + ".")
     call = sglang_openai_call(req)
-    if req.kind is GrammarKind.STRUCTURAL_TAG and "response_format" not in call.body:
+    if req.tag is not None and "response_format" not in call.body:
         missing.append(
             "the structural tag: SGLang's /v1/completions takes none (only chat's "
             "response_format does), so this request is not constrained"
@@ -130,6 +220,11 @@ def openai_plan(req: ExportRequest) -> Plan:
         missing.append(
             f"the {req.kind.value}: OpenAI's structured outputs take a JSON Schema "
             "only, so this request is not constrained"
+        )
+    if req.tools is not None:
+        missing.append(
+            "the tools: this request does not send them (OpenAI writes calls in its own "
+            "format, which the tag Maskscope built does not describe)"
         )
     if req.raw_prompt is not None:
         missing.append(
@@ -157,7 +252,7 @@ def _names(req: ExportRequest, call: HttpCall) -> dict[int, Code]:
     elif req.kind is GrammarKind.STRUCTURAL_TAG:
         if call.schema_text is not None:
             names[id(call.schema_text)] = Code("json.dumps(TAG)")
-        if "response_format" in call.body:
+        if "response_format" in call.body and call.body["response_format"] == req.tag:
             names[id(call.body["response_format"])] = Code("TAG")
     elif req.source:
         names[id(req.source)] = Code("GRAMMAR" if req.kind.value == "ebnf" else "REGEX")

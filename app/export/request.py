@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine.grammar import CompileOptions, GrammarKind
+from app.engine.tools.base import ToolsRequest
 
-__all__ = ["ExportRequest", "Message", "PydanticSource", "Sampling"]
+__all__ = ["ExportRequest", "Message", "PydanticSource", "Sampling", "ToolsExport"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,28 @@ class Sampling:
 
 
 @dataclass(frozen=True)
+class ToolsExport:
+    """A ``tools`` source: the request its builder was given and what it built.
+
+    Attributes:
+        request: the source's fields (each tool's ``parameters`` a JSON Schema).
+        tag: the structural tag the builder built (``result.tools.tag``), or None: it built
+            none, or it is not known.
+        reason: the builder's reason for building none, when it says one.
+        stack_reasoning: the session's ``reasoning`` setting (``none``, ``mask_after_end``,
+            ``mask_everywhere``), None when the session names none.
+        builder_versions: the libraries that built the tag (``{"vllm": "0.32.0", "xgrammar":
+            "0.2.8"}``), empty when not known.
+    """
+
+    request: ToolsRequest
+    tag: Any = None
+    reason: str | None = None
+    stack_reasoning: str | None = None
+    builder_versions: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ExportRequest:
     """Everything a snippet reproduces.
 
@@ -72,6 +95,11 @@ class ExportRequest:
             vLLM's guidance backend does ("" when it compiles; None when not checked).
         vllm_outlines: with a fallback, whether ``auto`` goes to outlines (``patternProperties``
             rules out guidance), which Maskscope does not reproduce.
+        legacy_tag: a structural tag given in the legacy ``{"structures", "triggers"}`` form,
+            as given (``source`` holds it converted): vLLM's guidance backend and llguidance
+            take only this form.
+        tools: for a ``tools`` source, its request and the tag built (``kind`` is then
+            ``structural_tag`` and ``source`` that tag, or ``null`` when none was built).
     """
 
     kind: GrammarKind
@@ -89,11 +117,13 @@ class ExportRequest:
     vllm_fallback: str | None = None
     vllm_guidance_error: str | None = None
     vllm_outlines: bool = False
+    legacy_tag: Any = None
+    tools: ToolsExport | None = None
 
     @property
     def tag(self) -> Any:
         """The structural tag as an object (current form: a legacy tag comes converted), or
-        None for other kinds."""
+        None for other kinds and for a tools source that built none."""
         return json.loads(self.source) if self.kind is GrammarKind.STRUCTURAL_TAG else None
 
     @property

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.engine.grammar import GrammarKind
 from app.export.escape import Code, comment, py
 from app.export.options import Layout, Reach, differences, layout
 from app.export.request import ExportRequest
@@ -67,5 +68,7 @@ def constants(req: ExportRequest, *, with_schema: bool = True) -> list[tuple[Cod
         return [(Code("SCHEMA"), py(req.schema))] if with_schema else []
     if req.tag is not None:
         return [(Code("TAG"), py(req.tag))]
+    if req.kind is GrammarKind.STRUCTURAL_TAG:  # a tools source whose builder built no tag
+        return []
     name = "GRAMMAR" if req.kind.value == "ebnf" else "REGEX"
     return [(Code(name), py(req.source))]

@@ -159,14 +159,52 @@ def test_malformed_json_has_line_and_column(client: TestClient) -> None:
     assert _error(client, "[1, 2]")["message"] == "a structural tag is a JSON object, got list"
 
 
-def test_llguidance_says_it_cannot_take_a_tag(client: TestClient) -> None:
+def test_llguidance_says_it_cannot_take_a_tag_of_the_current_form(client: TestClient) -> None:
     response = client.post("/api/compile", json=grammar(engine="llguidance"))
     assert response.status_code == 422
-    assert "llguidance cannot take a structural tag" in response.json()["error"]["message"]
+    error = response.json()["error"]
+    assert "llguidance cannot mask this structural tag" in error["message"]
+    assert "legacy" in error["message"] and error["pointer"] == "/format"
     body = {"grammar": grammar(), "text": "Yes. ", "compare": "llguidance"}
     response = client.post("/api/replay", json=body)
     assert response.status_code == 422
-    assert "llguidance cannot take a structural tag" in response.json()["error"]["message"]
+    assert "llguidance cannot mask this structural tag" in response.json()["error"]["message"]
+
+
+#: A legacy tag whose trigger is text (not <...>, which llguidance reads as a special token).
+FUNCTION_TAG: dict[str, Any] = {
+    "structures": [{"begin": "<function=weather>", "schema": ARGS, "end": "</function>"}],
+    "triggers": ["<function="],
+}
+
+
+def test_a_legacy_tag_replays_under_llguidance_and_in_compare_mode(client: TestClient) -> None:
+    good = 'Cold. <function=weather>{"city": "Oslo"}</function>'
+    bad = 'Cold. <function=weather>{"town": 3}</function>'
+    compiled = client.post("/api/compile", json=grammar(FUNCTION_TAG, engine="llguidance"))
+    assert compiled.status_code == 200, compiled.text
+    assert any("the arguments are any JSON" in w for w in compiled.json()["warnings"])
+    for text in (good, bad):  # vLLM's guidance backend does not apply the schema
+        body = {"grammar": grammar(FUNCTION_TAG, engine="llguidance"), "text": text}
+        answer = client.post("/api/replay", json=body).json()
+        assert answer["accepted"] and answer["complete"], text
+    body = {"grammar": grammar(FUNCTION_TAG), "text": bad, "compare": "llguidance"}
+    answer = client.post("/api/replay", json=body).json()
+    assert not answer["accepted"]  # xgrammar applies the schema: "town" is refused
+    assert answer["rejection"]["offset"] == bad.index("town")
+    assert answer["follower"]["engine"] == "llguidance" and answer["follower"]["accepted"]
+    body = {"grammar": grammar(FUNCTION_TAG), "text": good, "compare": "llguidance"}
+    answer = client.post("/api/replay", json=body).json()
+    assert answer["accepted"] and answer["follower"]["accepted"]
+
+
+def test_a_trigger_written_like_a_special_token_the_model_lacks_is_located(
+    client: TestClient,
+) -> None:
+    response = client.post("/api/compile", json=grammar(LEGACY, engine="llguidance"))
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["pointer"] == "/triggers/0" and "<[id]>" in error["message"]
 
 
 def test_a_session_writes_under_the_tag_and_its_text_replays(client: TestClient) -> None:
@@ -233,6 +271,24 @@ def test_export_sends_the_tag_as_a_structural_tag(client: TestClient) -> None:
         assert any("not constrained" in x for x in export(target)["not_expressible"]), target
     legacy = export("vllm", {**body, "grammar": grammar(LEGACY)})["code"]
     assert "triggered_tags" in legacy  # sent as compiled: converted to the current form
+
+
+def test_the_llguidance_export_of_a_legacy_tag_builds_it_as_vllms_guidance_backend(
+    client: TestClient,
+) -> None:
+    body = {"grammar": grammar(FUNCTION_TAG), "messages": MESSAGES, "max_tokens": 40}
+    answer = client.post("/api/export?target=llguidance", json=body).json()
+    assert answer["not_expressible"] == []
+    assert "llguidance.StructTag.to_grammar" in answer["code"]
+    assert ast.literal_eval(_constant(answer["code"], "TAG")) == FUNCTION_TAG  # as written
+
+
+def _constant(code: str, name: str) -> str:
+    statement = next(
+        s for s in ast.parse(code).body
+        if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == name
+    )  # fmt: skip
+    return ast.unparse(statement.value)
 
 
 def test_the_doctor_fills_only_the_costs(client: TestClient) -> None:

@@ -24,7 +24,9 @@ from app.engine.compile_worker import parse_schema
 from app.engine.grammar import CompileResult, GrammarKind, GrammarSpec
 from app.engine.llguidance.errors import grammar_error, lark_error
 from app.engine.llguidance.options import json_options
+from app.engine.llguidance.tags import tag_grammar
 from app.engine.mask import new_bitmask
+from app.engine.structural_tag import TAG_NOT_CARRIED
 from app.engine.tokens import Tokens
 from app.exceptions import GrammarError
 
@@ -118,7 +120,7 @@ class LlguidanceCompiler:
             return hit
         tokenizer = self.tokenizer()  # built once per process, not part of any compile
         start = time.perf_counter()
-        grammar, not_carried = self.serialize(spec)
+        grammar, not_carried, notes = self._serialized(spec)
         compiled = LlguidanceGrammar(tokenizer, grammar, self._tokens.stop_ids)
         matcher = compiled.matcher()
         if matcher.is_error():
@@ -131,7 +133,7 @@ class LlguidanceCompiler:
             compiled=compiled,
             grammar_text=grammar,
             rule_names=(),
-            warnings=tuple(matcher.get_grammar_warnings()),
+            warnings=(*notes, *matcher.get_grammar_warnings()),
             compile_ms=(time.perf_counter() - start) * 1000,
             size_bytes=len(grammar.encode("utf-8")),
             not_carried=not_carried,
@@ -145,11 +147,26 @@ class LlguidanceCompiler:
         Raises:
             GrammarError: the source does not parse or does not translate.
         """
-        if spec.kind is GrammarKind.STRUCTURAL_TAG:
+        grammar, not_carried, _ = self._serialized(spec)
+        return grammar, not_carried
+
+    def _serialized(self, spec: GrammarSpec) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+        """The grammar, the options not carried, and what llguidance does that the source
+        does not say (for a structural tag)."""
+        if spec.kind is GrammarKind.STRUCTURAL_TAG:  # as vLLM's guidance backend takes it
+            tag = tag_grammar(spec.source, self.tokenizer())
+            return tag.grammar, TAG_NOT_CARRIED, tag.warnings
+        if spec.kind not in (GrammarKind.REGEX, GrammarKind.EBNF, GrammarKind.JSON_SCHEMA):
             raise GrammarError(
-                "llguidance cannot take a structural tag in Maskscope yet: compile it with "
-                "the xgrammar engine (and no llguidance compare)"
+                f"llguidance cannot mask a {spec.kind.value} source: the tag a tools builder "
+                'makes is xgrammar\'s {"type": "structural_tag", "format": ...} form, which '
+                "llguidance (like vLLM 0.32.0's guidance backend) does not take; mask it with "
+                "xgrammar"
             )
+        grammar, not_carried = self._plain(spec)
+        return grammar, not_carried, ()
+
+    def _plain(self, spec: GrammarSpec) -> tuple[str, tuple[str, ...]]:
         if spec.kind is GrammarKind.REGEX:
             return llguidance.LLMatcher.grammar_from_regex(spec.source), ()
         if spec.kind is GrammarKind.EBNF:

@@ -12,6 +12,8 @@ from app.engine import AnyEngine, GrammarKind, render_prompt
 from app.engine.structural_tag import parse_tag
 from app.exceptions import GrammarError
 from app.export import ExportRequest, Message, PydanticSource, Sampling
+from app.export.request import ToolsExport
+from app.export.tools import tools_export
 from app.sandbox.sandbox import PydanticSchema
 from app.settings import EMBEDDED_HF_ID, EMBEDDED_MODEL, Settings
 from app.web.bodies import SessionIn
@@ -59,11 +61,17 @@ async def export_request(
     schema = _schema(spec.source) if spec.is_json else None
     # llguidance compiles the schema as vLLM's guidance backend would: off the event loop
     route = await asyncio.to_thread(_vllm_route, engine, schema)
-    source = spec.source
+    kind, source, legacy_tag = spec.kind, spec.source, None
     if spec.kind is GrammarKind.STRUCTURAL_TAG:  # as compiled: a legacy tag in its current form
-        source = (await asyncio.to_thread(parse_tag, source)).tag_json
+        parsed = await asyncio.to_thread(parse_tag, source)
+        source = parsed.tag_json
+        legacy_tag = json.loads(spec.source) if parsed.legacy else None
+    tools = None
+    if body.grammar.kind == "tools":  # the tag its builder built stands for the grammar
+        tools = await _tools(state, engine, body, spec)
+        kind, source = GrammarKind.STRUCTURAL_TAG, json.dumps(tools.tag)
     return ExportRequest(
-        kind=spec.kind,
+        kind=kind,
         source=source,
         schema=schema,
         options=spec.options,
@@ -75,8 +83,25 @@ async def export_request(
         sampling=Sampling(sampling.temperature, sampling.top_p, sampling.seed),
         max_tokens=body.max_tokens,
         pydantic=_pydantic(derived),
+        legacy_tag=legacy_tag,
+        tools=tools,
         **route,
     )
+
+
+async def _tools(state: AppState, engine: AnyEngine, body: SessionIn, spec: Any) -> ToolsExport:
+    """A tools source, its ``$model`` parameters derived by the sandbox, and the tag built."""
+    source = json.loads(body.grammar.source)
+    for tool in source.get("tools") or ():
+        function = tool.get("function") or {}
+        named = function.get("parameters")
+        if isinstance(named, dict) and set(named) == {"$model"}:
+            derived = await state.pools.sandbox.run(
+                state.sandbox.schema, source.get("pydantic") or "", named["$model"]
+            )
+            function["parameters"] = derived.schema
+    built = getattr(await actions.compiled(state, engine, spec), "tools", None)
+    return tools_export(source, built, stack_reasoning=getattr(body, "reasoning", None))
 
 
 def _pydantic(derived: PydanticSchema | None) -> PydanticSource | None:
