@@ -10,6 +10,7 @@ from app.doctor.backends import vllm as vllm_rules
 from app.doctor.backends.llguidance import Llguidance
 from app.engine import AnyEngine, GrammarKind, render_prompt
 from app.engine.structural_tag import parse_tag
+from app.engine.tools.compile import tag_source
 from app.exceptions import GrammarError
 from app.export import ExportRequest, Message, PydanticSource, Sampling
 from app.sandbox.sandbox import PydanticSchema
@@ -59,11 +60,14 @@ async def export_request(
     schema = _schema(spec.source) if spec.is_json else None
     # llguidance compiles the schema as vLLM's guidance backend would: off the event loop
     route = await asyncio.to_thread(_vllm_route, engine, schema)
-    source = spec.source
+    kind, source = spec.kind, spec.source
     if spec.kind is GrammarKind.STRUCTURAL_TAG:  # as compiled: a legacy tag in its current form
         source = (await asyncio.to_thread(parse_tag, source)).tag_json
+    elif spec.kind is GrammarKind.TOOLS:  # the tag its builder makes, sent as a structural tag
+        _, build = await asyncio.to_thread(engine.tools.build, spec)
+        kind, source = GrammarKind.STRUCTURAL_TAG, tag_source(build)
     return ExportRequest(
-        kind=spec.kind,
+        kind=kind,
         source=source,
         schema=schema,
         options=spec.options,
