@@ -17,9 +17,9 @@ from typing import Any
 
 from app.engine.grammar import CompileOptions, CompileResult, GrammarKind, GrammarSpec
 from app.engine.structural_tag import TAG_NOT_CARRIED
-from app.engine.tools.base import ToolsBuild
-from app.engine.tools.builders import builder
-from app.engine.tools.request import ParsedTools, parse_tools
+from app.engine.tools.base import ToolsBuild, ToolsBuilder
+from app.engine.tools.builders import builder, formats_of
+from app.engine.tools.request import FormatsOf, ParsedTools, parse_tools
 from app.engine.tools.unconstrained import NO_TAG_FORMAT, unconstrained
 from app.engine.tools.xgrammar_builder import ignored_fields
 from app.exceptions import GrammarError
@@ -43,10 +43,22 @@ class ToolsCompiler:
     Args:
         tokenizer: what a builder is told the model's tokenizer is (a directory or hub id).
         builds: how many builds to keep.
+        builders: the builder by name (the installed ones by default).
     """
 
-    def __init__(self, tokenizer: str, *, builds: int = 128) -> None:
+    def __init__(
+        self,
+        tokenizer: str,
+        *,
+        builds: int = 128,
+        builders: Callable[[str], ToolsBuilder] = builder,
+    ) -> None:
         self.tokenizer = tokenizer
+        self._builder = builders
+        # The installed builders' formats are read once per process (vLLM's run its code).
+        self._formats: FormatsOf = (
+            formats_of if builders is builder else (lambda name: builders(name).formats())
+        )
         self._builds: OrderedDict[str, tuple[ParsedTools, ToolsBuild]] = OrderedDict()
         self._size = builds
         self._lock = threading.Lock()
@@ -88,14 +100,14 @@ class ToolsCompiler:
             if hit is not None:
                 self._builds.move_to_end(spec.source)
                 return hit
-        parsed = parse_tools(spec.source)
+        parsed = parse_tools(spec.source, self._formats)
         if parsed.models:
             ref = parsed.models[0]
             raise parsed.error_at(
                 ref.parts, f"{ref.name!r} must be derived from the pydantic field first (the "
                 "server and the CLI do it in the sandbox)",
             )  # fmt: skip
-        build = builder(parsed.request.builder).build(parsed.request, self.tokenizer)
+        build = self._builder(parsed.request.builder).build(parsed.request, self.tokenizer)
         with self._lock:
             self._builds[spec.source] = (parsed, build)
             while len(self._builds) > self._size:

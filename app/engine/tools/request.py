@@ -22,7 +22,7 @@ from app.engine.structural_tag import tag_error
 from app.engine.tools.base import ToolFormat, ToolsRequest
 from app.exceptions import GrammarError
 
-__all__ = ["MODEL_KEY", "ModelRef", "ParsedTools", "parse_tools"]
+__all__ = ["MODEL_KEY", "FormatsOf", "ModelRef", "ParsedTools", "parse_tools"]
 
 #: The key of a tool's ``parameters`` that names a Pydantic model of the ``pydantic`` field.
 MODEL_KEY = "$model"
