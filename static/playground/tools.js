@@ -36,7 +36,9 @@
     picker.value = current || "";
     const vllm = formats.filter((f) => f.builder === "vllm");
     const builderOption = $('#tools-builder option[value="vllm"]');
-    builderOption.title = vllm.some((f) => f.available) ? "" : (vllm[0] || {}).reason || "";
+    const usable = vllm.some((f) => f.available);
+    builderOption.title = usable ? "" : `unavailable: ${(vllm[0] || {}).reason || "not listed"}`;
+    builderOption.disabled = !usable && builder !== "vllm";  // a source naming it still shows it
   }
 
   function fillChoices(data) {
