@@ -5,7 +5,7 @@ The source is JSON (the contract's fields: a builder, its format, OpenAI Chat Co
 pointer into the source (and its line and column). A tool's ``parameters`` may be
 ``{"$model": "Name"}``, naming a Pydantic model of the source's ``pydantic`` field: parsing only
 lists those references (:attr:`ParsedTools.models`); the web layer derives them in the sandbox and
-:meth:`ParsedTools.resolved` writes the source again with the derived schemas in their place.
+:meth:`ParsedTools.resolved` writes each derived schema in the place of its reference.
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from typing import Any
 
 import jsonschema
 
+from app.engine.jsonpointer import locate
 from app.engine.jsonschema_safe import error_list, meta_validator
 from app.engine.structural_tag import tag_error
 from app.engine.tools.base import ToolFormat, ToolsRequest
 from app.exceptions import GrammarError
+from app.paths import pointer_from_parts
 
 __all__ = ["MODEL_KEY", "FormatsOf", "ModelRef", "ParsedTools", "parse_tools"]
 
@@ -76,23 +78,37 @@ class ParsedTools:
     models: tuple[ModelRef, ...]
 
     def resolved(self, schemas: dict[str, dict[str, Any]]) -> str:
-        """The source with each ``$model`` replaced by its derived schema (and no ``pydantic``
-        field left): what the engine compiles.
+        """The source with each ``{"$model": ...}`` replaced by its derived schema, written on
+        the line of its reference (the rest of the source as it was, so that a line named by
+        an error is the user's line): what the engine compiles.
 
         Raises:
             GrammarError: a derived schema is not a valid JSON Schema (pointed at its ``$model``).
         """
-        data = json.loads(self.source)
-        data.pop("pydantic", None)
+        text = self.source
+        spans = []
         for ref in self.models:
             schema = schemas[ref.name]
             _check_schema(self.source, ref.parts, schema, inside=False)
-            data["tools"][ref.index]["function"]["parameters"] = schema
-        return json.dumps(data, indent=2)
+            spans.append((*_span(self.source, ref.parts[:-1]), json.dumps(schema)))
+        for start, end, schema_text in sorted(spans, reverse=True):
+            kept = "\n" * text.count("\n", start, end)  # the lines after keep their numbers
+            text = text[:start] + schema_text + kept + text[end:]
+        return text
 
     def error_at(self, parts: Parts, message: str) -> GrammarError:
         """A :class:`GrammarError` at ``parts`` of the source."""
         return tag_error(self.source, parts, message)
+
+
+def _span(source: str, parts: Parts) -> tuple[int, int]:
+    """Where the value at ``parts`` is written in ``source``: its start and end offsets."""
+    where = locate(source, pointer_from_parts(parts))
+    assert where is not None  # the parts came from parsing this very source
+    line, column = where
+    start = sum(len(text) for text in source.splitlines(keepends=True)[: line - 1]) + column - 1
+    _, end = json.JSONDecoder().raw_decode(source, start)
+    return start, end
 
 
 def parse_tools(source: str, formats_of: FormatsOf | None = None) -> ParsedTools:

@@ -136,7 +136,15 @@ def test_a_model_reference_needs_the_pydantic_field_and_is_listed() -> None:
     data["pydantic"] = "class Weather(BaseModel):\n    city: str\n"
     parsed = parse_tools(_text(data), _formats)
     assert parsed.models == (ModelRef(0, "Weather"),) and parsed.pydantic == data["pydantic"]
-    resolved = json.loads(parsed.resolved({"Weather": WEATHER}))
-    assert resolved["tools"][0]["function"]["parameters"] == WEATHER and "pydantic" not in resolved
+    text = parsed.resolved({"Weather": WEATHER})
+    resolved = json.loads(text)
+    assert resolved["tools"][0]["function"]["parameters"] == WEATHER
+    # written where the reference was: every other line is the source's own
+    before, after = _text(data).splitlines(), text.splitlines()
+    assert len(before) == len(after)
+    changed = [a != b for a, b in zip(before, after, strict=True)]
+    assert changed.count(True) == 3  # the three lines of the reference
+    again = parse_tools(text, _formats)
+    assert again.models == () and again.request.tools[0]["function"]["parameters"] == WEATHER
     error = _error(_changed(["tools", 0, "function", "parameters"], {"$model": "W", "x": 1}))
     assert error.pointer == "/tools/0/function/parameters/x"
