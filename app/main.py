@@ -28,6 +28,7 @@ from app.web.routes import (
     replay,
     sessions,
     tests,
+    tool_formats,
 )
 from app.web.routes import export as export_routes
 from app.web.security import (
@@ -119,6 +120,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         export_routes.router,
         doctor.router,
         tests.router,
+        tool_formats.router,
     ):
         app.include_router(router)
     for router in (

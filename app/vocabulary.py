@@ -21,12 +21,14 @@ __all__ = [
 
 
 class GrammarKind(StrEnum):
-    """The source languages xgrammar compiles directly."""
+    """The sources the engine compiles: those xgrammar compiles directly, and tools (compiled
+    as the structural tag their builder makes)."""
 
     JSON_SCHEMA = "json_schema"
     EBNF = "ebnf"
     REGEX = "regex"
     STRUCTURAL_TAG = "structural_tag"
+    TOOLS = "tools"
 
 
 class SourceKind(StrEnum):
@@ -38,6 +40,7 @@ class SourceKind(StrEnum):
     EBNF = "ebnf"
     REGEX = "regex"
     STRUCTURAL_TAG = "structural_tag"
+    TOOLS = "tools"
 
     @property
     def label(self) -> str:
@@ -46,9 +49,9 @@ class SourceKind(StrEnum):
 
     @property
     def on_page(self) -> bool:
-        """Whether the page has a tab for the kind (a structural tag is API and CLI only until
-        the page's Tools tab comes)."""
-        return self is not SourceKind.STRUCTURAL_TAG
+        """Whether the page has a tab for the kind (every kind has one: a structural tag's tab
+        is where the Tools tab opens the tag it built)."""
+        return True
 
 
 _SOURCE_KIND_LABELS = {
@@ -57,6 +60,7 @@ _SOURCE_KIND_LABELS = {
     SourceKind.EBNF: "EBNF",
     SourceKind.REGEX: "Regex",
     SourceKind.STRUCTURAL_TAG: "Structural tag",
+    SourceKind.TOOLS: "Tools",
 }
 
 

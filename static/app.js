@@ -108,6 +108,7 @@
   function bind() {
     MS.setupEditor(() => MS.configChanged(true));
     MS.bindConfig();
+    MS.bindTools();
     MS.bindReplay();
     MS.bindKeys();
     bindButtons();

@@ -148,4 +148,6 @@ def test_the_page_names_presets_by_their_labels(env: Environment) -> None:
         "pydantic": "Pydantic",
         "ebnf": "EBNF",
         "regex": "Regex",
+        "structural_tag": "Structural tag",
+        "tools": "Tools",
     }

@@ -44,8 +44,8 @@ def add_grammar_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schema", required=True, type=Path, help="schema or grammar file")
     parser.add_argument(
         "--kind", choices=KINDS,
-        help="default: from the file's extension (a structural tag's .json needs --kind "
-        "structural_tag: a tag and a schema share the extension)",
+        help="default: from the file's extension (a structural tag's or a tools source's .json "
+        "needs --kind structural_tag or --kind tools: they share the extension with a schema)",
     )  # fmt: skip
     parser.add_argument(
         "--preset", choices=PRESETS, default=vocabulary.Preset.MASKSCOPE.value,
@@ -120,6 +120,8 @@ def grammar_request(args: argparse.Namespace, settings: Settings) -> GrammarRequ
         kind=kind, source=source, options=OptionsIn.model_construct(**_options(args)),
         engine=args.engine,
     )  # fmt: skip
+    if kind == "tools":
+        return GrammarRequest(grammar.to_spec(_tools_source(source, settings)))
     if kind != "pydantic":
         return GrammarRequest(grammar.to_spec())
     grammar.options.effective(args.engine)  # bad options are reported before the sandbox runs
@@ -132,6 +134,21 @@ def grammar_request(args: argparse.Namespace, settings: Settings) -> GrammarRequ
     validate_many = functools.partial(sandbox.validate_many, source, args.root_model)
     validate = functools.partial(sandbox.validate, source, args.root_model)
     return GrammarRequest(spec, PydanticSource(source, derived.root, validate_many), validate)
+
+
+def _tools_source(source: str, settings: Settings) -> str:
+    """A tools source with each ``$model`` derived by the sandbox (as the server does)."""
+    from app.engine.tools.request import parse_tools
+
+    parsed = parse_tools(source)
+    if not parsed.models:
+        return source
+    from app.sandbox.sandbox import Sandbox
+
+    assert parsed.pydantic is not None
+    sandbox = Sandbox.from_settings(settings)
+    names = {ref.name for ref in parsed.models}
+    return parsed.resolved({name: sandbox.schema(parsed.pydantic, name).schema for name in names})
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:

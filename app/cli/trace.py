@@ -72,9 +72,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         for warning in session.grammar.warnings:
             print(f"{args.engine}: {warning}", file=sys.stderr)
         ignored = session.grammar.not_carried
-        if request.spec.kind is GrammarKind.STRUCTURAL_TAG:
+        if request.spec.kind in (GrammarKind.STRUCTURAL_TAG, GrammarKind.TOOLS):
             print(f"a structural tag takes no compile options: {', '.join(ignored)} ignored",
                   file=sys.stderr)  # fmt: skip
+            for free in session.grammar.unconstrained:
+                print(f"unconstrained: {free}", file=sys.stderr)
         else:
             for option in ignored:
                 print(f"{args.engine}: {option} is not carried over", file=sys.stderr)

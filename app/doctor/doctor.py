@@ -144,7 +144,7 @@ class Doctor:
             grammar, self.tokens, self.vocab(), schema=None, seed=seed, budget_ms=budget_ms
         )
         costs = _costs(grammar, None, found, max_tokens)
-        if grammar.spec.kind is GrammarKind.STRUCTURAL_TAG:  # llguidance takes no tag yet
+        if grammar.spec.kind in (GrammarKind.STRUCTURAL_TAG, GrammarKind.TOOLS):  # no tag yet
             return DoctorReport((), (), None, None, (), costs)
         row = self.llguidance.assess_grammar(grammar.spec.kind, grammar.spec.source)
         return DoctorReport((), (), None, None, (row,), costs)

@@ -11,7 +11,7 @@ from typing_extensions import TypeVar
 from app.engine.compare import Follower
 from app.engine.compiler import GrammarCompiler
 from app.engine.forward import ServingModel
-from app.engine.grammar import CompileResult, GrammarSpec, MaskingLibrary
+from app.engine.grammar import CompileResult, GrammarKind, GrammarSpec, MaskingLibrary
 from app.engine.llguidance import LlguidanceCompiler
 from app.engine.masking import new_masking
 from app.engine.model import LoadedModel, load_model
@@ -20,6 +20,7 @@ from app.engine.records import ReplayResult
 from app.engine.replay import replay, verdict
 from app.engine.sampling import SamplingParams
 from app.engine.session import Session
+from app.engine.tools.compile import ToolsCompiler
 from app.exceptions import InvalidInput
 from app.settings import Settings
 
@@ -50,6 +51,8 @@ class Engine(Generic[M]):
         self.model = model
         self.compiler = compiler
         self.llguidance = LlguidanceCompiler(model.tokens)
+        # A tools builder is told the model's tokenizer as the directory or hub id it loads from.
+        self.tools = ToolsCompiler(str(getattr(model.tokens.tokenizer, "name_or_path", "")))
         self.settings = settings
         self.owns_compiler = owns_compiler
         self._closed = False
@@ -62,13 +65,17 @@ class Engine(Generic[M]):
 
     def compile(self, spec: GrammarSpec) -> CompileResult:
         """Compile (or fetch from the cache) a grammar for this model's tokenizer, with the
-        library ``spec`` names."""
+        library ``spec`` names (a ``tools`` spec: the tag its builder makes)."""
+        if spec.kind is GrammarKind.TOOLS:
+            return self.tools.compile(spec, self.compile)
         if spec.library is MaskingLibrary.LLGUIDANCE:
             return self.llguidance.compile(spec)
         return self.compiler.compile(spec)
 
     def cached(self, spec: GrammarSpec) -> CompileResult | None:
         """The cached compile of ``spec``, or None: answers at once, never waits for a worker."""
+        if spec.kind is GrammarKind.TOOLS:
+            return self.tools.cached(spec, self.cached)
         if spec.library is MaskingLibrary.LLGUIDANCE:
             return self.llguidance.cached(spec)
         return self.compiler.cached(spec)

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.engine.tools.base import ToolsBuild
 from app.exceptions import InvalidInput
 from app.vocabulary import (
     GrammarKind,
@@ -136,6 +137,9 @@ class CompileResult:
         not_carried: the options the library has no equivalent for (llguidance), or that a
             structural tag does not take (all of them).
         cached: True when this answer came from the cache (the figures are the original ones).
+        tools: for a ``tools`` source, what its builder made (the tag compiled, or none).
+        unconstrained: for a ``tools`` source, what the tag leaves free, in plain words (read
+            from the tag, never from the builder).
     """
 
     spec: GrammarSpec
@@ -147,3 +151,5 @@ class CompileResult:
     size_bytes: int
     not_carried: tuple[str, ...] = ()
     cached: bool = False
+    tools: ToolsBuild | None = None
+    unconstrained: tuple[str, ...] = ()

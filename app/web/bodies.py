@@ -141,14 +141,17 @@ class GrammarIn(_Strict):
             )
 
     def to_spec(self, json_schema: str | None = None) -> GrammarSpec:
-        """The engine's grammar spec; a Pydantic source compiles as its derived ``json_schema``."""
+        """The engine's grammar spec; a Pydantic source compiles as its derived ``json_schema``,
+        a tools source as ``json_schema`` when given (the source with its ``$model`` derived)."""
         options, library = self.options.effective(self.engine), MaskingLibrary(self.engine)
         if self.kind == "pydantic":
             assert json_schema is not None
             return GrammarSpec(GrammarKind.JSON_SCHEMA, json_schema, options, library)
-        if self.kind == "structural_tag":  # it takes no options: one cache entry whatever they say
+        source = self.source
+        if self.kind in ("structural_tag", "tools"):  # no options: one cache entry whatever
             options = CompileOptions()
-        return GrammarSpec(GrammarKind(self.kind), self.source, options, library)
+            source = json_schema if json_schema is not None else self.source
+        return GrammarSpec(GrammarKind(self.kind), source, options, library)
 
 
 class CompileIn(GrammarIn):

@@ -68,7 +68,7 @@
     const form = $("#config");
     Object.assign(ui.sources, example.sources);
     replaceSetup();
-    const kind = ui.kind === "pydantic" ? "pydantic" : "json_schema";
+    const kind = example.kind === "tools" ? "tools" : ui.kind === "pydantic" ? "pydantic" : "json_schema";
     if (ui.kind !== kind) MS.setKind(kind); else MS.setSource(example.sources[kind]);
     form.system.value = example.system;
     form.user.value = example.prompt;

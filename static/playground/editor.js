@@ -6,6 +6,8 @@
     pydantic: 'from typing import Literal\n\nfrom pydantic import BaseModel, Field\n\n\nclass Answer(BaseModel):\n    verdict: Literal["yes", "no"]\n    reason: str = Field(..., max_length=80)\n',
     ebnf: 'root ::= answer " because " reason\nanswer ::= "yes" | "no"\nreason ::= [a-z ]{1,40} "."\n',
     regex: "[A-Z]{4}[0-9]{2}",
+    tools: '{\n  "builder": "xgrammar",\n  "format": "qwen_3",\n  "tools": [\n    {\n      "type": "function",\n      "function": {\n        "name": "get_weather",\n        "parameters": {\n          "type": "object",\n          "properties": {"city": {"type": "string"}},\n          "required": ["city"]\n        }\n      }\n    }\n  ],\n  "tool_choice": "auto",\n  "reasoning": "disabled",\n  "parallel_tool_calls": true\n}\n',
+    structural_tag: '{\n  "type": "structural_tag",\n  "format": {\n    "type": "tag",\n    "begin": "<answer>",\n    "content": {"type": "json_schema", "json_schema": {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}},\n    "end": "</answer>"\n  }\n}\n',
   };
   const lang = new CM.Compartment();
   // The starter a tab inserts into an empty editor is a placeholder: while it is untouched, a
@@ -22,7 +24,7 @@
   });
 
   function languageFor(kind) {
-    if (kind === "json_schema") return CM.json();
+    if (["json_schema", "structural_tag", "tools"].includes(kind)) return CM.json();
     if (kind === "pydantic") return CM.python();
     if (kind === "ebnf") return CM.StreamLanguage.define(CM.ebnf);
     return [];

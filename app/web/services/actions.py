@@ -24,6 +24,7 @@ from app.sandbox.sandbox import PydanticSchema
 from app.web.bodies import GrammarIn, ReplayIn, SessionIn
 from app.web.clients import current_client
 from app.web.services.sessions import SessionHandle
+from app.web.services.tools import tools_answer, tools_source
 from app.web.state import AppState
 
 __all__ = [
@@ -56,6 +57,8 @@ class Resolved:
 async def resolve(state: AppState, grammar: GrammarIn) -> Resolved:
     """The engine's spec for a grammar request (a Pydantic source becomes its JSON Schema)."""
     grammar.check_size(state.settings)
+    if grammar.kind == "tools":  # its $model parameters derived in the sandbox
+        return Resolved(grammar.to_spec(await tools_source(state, grammar.source)))
     if grammar.kind != "pydantic":
         return Resolved(grammar.to_spec())
     derived = await state.pools.sandbox.run(
@@ -114,7 +117,7 @@ def compile_answer(result: CompileResult, grammar: GrammarIn, resolved: Resolved
     }
     if result.spec.library is MaskingLibrary.LLGUIDANCE or result.not_carried:
         answer["not_carried"] = list(result.not_carried)
-    return answer
+    return answer | tools_answer(result)
 
 
 async def create_session(state: AppState, body: SessionIn) -> SessionHandle:

@@ -10,9 +10,9 @@ from app.doctor.backends import vllm as vllm_rules
 from app.doctor.backends.llguidance import Llguidance
 from app.engine import AnyEngine, GrammarKind, render_prompt
 from app.engine.structural_tag import parse_tag
+from app.engine.tools.compile import tag_source
 from app.exceptions import GrammarError
 from app.export import ExportRequest, Message, PydanticSource, Sampling
-from app.export.request import ToolsExport
 from app.export.tools import tools_export
 from app.sandbox.sandbox import PydanticSchema
 from app.settings import EMBEDDED_HF_ID, EMBEDDED_MODEL, Settings
@@ -67,9 +67,13 @@ async def export_request(
         source = parsed.tag_json
         legacy_tag = json.loads(spec.source) if parsed.legacy else None
     tools = None
-    if body.grammar.kind == "tools":  # the tag its builder built stands for the grammar
-        tools = await _tools(state, engine, body, spec)
-        kind, source = GrammarKind.STRUCTURAL_TAG, json.dumps(tools.tag)
+    if spec.kind is GrammarKind.TOOLS:  # the tag its builder made, sent as a structural tag
+        result = await actions.compiled(state, engine, spec)
+        assert result.tools is not None, "a tools source compiles with its build"
+        tools = tools_export(
+            json.loads(spec.source), result.tools, stack_reasoning=getattr(body, "reasoning", None)
+        )
+        kind, source = GrammarKind.STRUCTURAL_TAG, tag_source(result.tools)
     return ExportRequest(
         kind=kind,
         source=source,
@@ -87,21 +91,6 @@ async def export_request(
         tools=tools,
         **route,
     )
-
-
-async def _tools(state: AppState, engine: AnyEngine, body: SessionIn, spec: Any) -> ToolsExport:
-    """A tools source, its ``$model`` parameters derived by the sandbox, and the tag built."""
-    source = json.loads(body.grammar.source)
-    for tool in source.get("tools") or ():
-        function = tool.get("function") or {}
-        named = function.get("parameters")
-        if isinstance(named, dict) and set(named) == {"$model"}:
-            derived = await state.pools.sandbox.run(
-                state.sandbox.schema, source.get("pydantic") or "", named["$model"]
-            )
-            function["parameters"] = derived.schema
-    built = getattr(await actions.compiled(state, engine, spec), "tools", None)
-    return tools_export(source, built, stack_reasoning=getattr(body, "reasoning", None))
 
 
 def _pydantic(derived: PydanticSchema | None) -> PydanticSource | None:

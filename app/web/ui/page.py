@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from app.engine import PRESETS, MaskingLibrary, presets
-from app.examples import Example, load_examples
+from app.examples import Example, load_all_examples
 from app.exceptions import InvalidInput, NotReady, PermalinkNotFound
 from app.settings import LOCAL_MODEL_ID
 from app.web.deps import StateDep
@@ -50,7 +50,7 @@ def _prefill_from_request(request: dict[str, Any]) -> dict[str, Any]:
 
 def _prefill_from_example(example: Example | None) -> dict[str, Any]:
     return {
-        "kind": "json_schema",
+        "kind": example.kind if example else "json_schema",
         "source": example.source() if example else "",
         "options": {},
         "system": example.system if example else "Reply with JSON only.",
@@ -72,7 +72,7 @@ def _identity(state: AppState, model_id: str) -> dict[str, str] | None:
 
 
 def _page(request: Request, state: AppState, prefill: dict[str, Any], **extra: Any) -> HTMLResponse:
-    examples = load_examples()
+    examples = load_all_examples()
     models = state.models()
     wanted = prefill.get("model", LOCAL_MODEL_ID)
     # A permalink's model not configured here: the picker falls back to the local model, and
@@ -108,7 +108,7 @@ def _page(request: Request, state: AppState, prefill: dict[str, Any], **extra: A
 async def playground(request: Request, state: StateDep, example: str | None = None) -> HTMLResponse:
     """The playground, opened on an example (``?example=pricing``; without one, the first
     example, so that a first visit has something to run)."""
-    examples = load_examples()
+    examples = load_all_examples()
     initial = next((e for e in examples if e.id == example), None)
     if example is None and examples:
         initial = examples[0]

@@ -1,0 +1,121 @@
+// The Tools tab: its controls (builder, format, tool_choice, reasoning, parallel calls) edit the
+// tools source's fields, the formats come from GET /api/tool-formats, and the compile panel's
+// tag opens as a structural_tag source.
+(() => {
+  "use strict";
+  const { $, $$, ui } = MS;
+  let formats = [];
+
+  function parsed() {
+    try {
+      const data = JSON.parse(MS.source());
+      return data && typeof data === "object" && !Array.isArray(data) ? data : null;
+    } catch (error) { return null; }
+  }
+
+  function option(value, text, { disabled = false, title = "" } = {}) {
+    const o = document.createElement("option");
+    o.value = value;
+    o.textContent = text;
+    o.disabled = disabled;
+    if (title) o.title = title;
+    return o;
+  }
+
+  // The format picker lists the chosen builder's formats; an unavailable one is disabled and
+  // says why (a builder that cannot list any is one row with an empty name).
+  function fillFormats(builder, current) {
+    const picker = $("#tools-format");
+    const rows = formats.filter((f) => f.builder === builder);
+    picker.replaceChildren(...rows.filter((f) => f.name).map((f) => option(f.name, f.name, {
+      disabled: !f.available, title: f.available ? (f.reasoning_end ? `reasoning ends at ${f.reasoning_end}` : "") : f.reason,
+    })));
+    const down = rows.find((f) => !f.name);
+    if (down) picker.append(option("", `unavailable: ${down.reason}`, { disabled: true }));
+    if (current && !rows.some((f) => f.name === current)) picker.append(option(current, `${current} (unknown)`));
+    picker.value = current || "";
+    const vllm = formats.filter((f) => f.builder === "vllm");
+    const builderOption = $('#tools-builder option[value="vllm"]');
+    const usable = vllm.some((f) => f.available);
+    builderOption.title = usable ? "" : `unavailable: ${(vllm[0] || {}).reason || "not listed"}`;
+    builderOption.disabled = !usable && builder !== "vllm";  // a source naming it still shows it
+  }
+
+  function fillChoices(data) {
+    const picker = $("#tools-choice");
+    const names = (Array.isArray(data.tools) ? data.tools : [])
+      .map((t) => t && t.function && t.function.name).filter((n) => typeof n === "string");
+    picker.replaceChildren(...["none", "auto", "required"].map((v) => option(v, v)),
+      ...names.map((n) => option(`function:${n}`, `function ${n}`)));
+    const choice = data.tool_choice ?? "auto";
+    picker.value = typeof choice === "string" ? choice : `function:${(choice.function || {}).name}`;
+  }
+
+  // Source -> controls, after each change of the source (its compile) and of the kind.
+  function sync() {
+    document.body.classList.toggle("kind-tools", ui.kind === "tools");
+    if (ui.kind !== "tools") return;
+    const data = parsed();
+    $("#tools-note").textContent = data ? "" : "the controls edit the source once it is a JSON object";
+    if (!data) return;
+    $("#tools-builder").value = data.builder || "xgrammar";
+    fillFormats(data.builder || "xgrammar", data.format);
+    fillChoices(data);
+    $("#tools-reasoning").value = data.reasoning || "auto";
+    $("#tools-parallel").checked = data.parallel_tool_calls !== false;
+  }
+
+  // Controls -> source: the field rewritten, the rest of the source kept.
+  function edited(event) {
+    const data = parsed();
+    if (!data) return;
+    const t = event.target;
+    if (t.id === "tools-builder") {
+      data.builder = t.value;
+      const first = formats.find((f) => f.builder === t.value && f.available && f.name);
+      if (first && !formats.some((f) => f.builder === t.value && f.name === data.format)) data.format = first.name;
+    } else if (t.id === "tools-format") data.format = t.value;
+    else if (t.id === "tools-choice") {
+      data.tool_choice = t.value.startsWith("function:")
+        ? { type: "function", function: { name: t.value.slice("function:".length) } } : t.value;
+    } else if (t.id === "tools-reasoning") data.reasoning = t.value;
+    else if (t.id === "tools-parallel") data.parallel_tool_calls = t.checked;
+    else return;
+    MS.setSource(JSON.stringify(data, null, 2) + "\n");
+    sync();
+  }
+
+  // The tag the builder built, opened as a structural_tag source (a new setup).
+  function openTag(button) {
+    const tag = JSON.parse(button.dataset.tag);
+    ui.sources.structural_tag = JSON.stringify(tag, null, 2) + "\n";
+    MS.setKind("structural_tag");
+    document.body.dispatchEvent(new CustomEvent("setup-replaced"));
+    MS.configChanged(true);
+  }
+
+  async function loadFormats() {
+    try {
+      const response = await fetch(MS.url("/api/tool-formats"));
+      if (response.ok) formats = await response.json();
+    } catch (error) { /* the server is away: the picker stays as the source says */ }
+    sync();
+  }
+
+  function bindTools() {
+    const setKind = MS.setKind;
+    MS.setKind = (kind) => { setKind(kind); sync(); };
+    $("#tools-controls").addEventListener("change", edited);
+    document.body.addEventListener("click", (event) => {
+      const button = event.target.closest("#btn-open-tag");
+      if (button) openTag(button);
+    });
+    document.body.addEventListener("htmx:afterSettle", (event) => {
+      if (event.detail && event.detail.target && event.detail.target.id === "compile-result") sync();
+    });
+    $$('input[name="kind"]').forEach((r) => r.addEventListener("change", () => setTimeout(sync)));
+    loadFormats();
+  }
+
+  Object.assign(MS, { bindTools, syncTools: sync });
+})();

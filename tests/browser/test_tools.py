@@ -1,0 +1,57 @@
+"""The Tools tab in a real browser: an example opens on it, its controls are fed by
+/api/tool-formats and rewrite the source, the compile panel says what the tag leaves
+unconstrained above the tag, and the tag opens as a structural_tag source."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import shot
+
+pytestmark = pytest.mark.usefixtures("patient")
+
+
+def source(page: Page) -> str:
+    text: str = page.evaluate("() => window.MS.source()")
+    return text
+
+
+def test_the_tools_tab_shows_the_tag_and_what_it_leaves_free(page: Page, live_server: str) -> None:
+    page.goto(f"{live_server}/?example=router_tools")
+    expect(page.locator('input[name="kind"][value="tools"]')).to_be_checked()
+    expect(page.locator("#tools-controls")).to_be_visible()
+    compiled = page.locator("#compile-result")
+    expect(compiled.locator(".stats")).to_contain_text("compiled")
+    expect(compiled.locator("#unconstrained li")).to_have_text(
+        ["nothing: every part of the output is constrained"]
+    )
+    expect(compiled.locator(".builder-versions")).to_contain_text("xgrammar 0.2.9")
+    expect(compiled.locator("#tag-text")).to_contain_text("fetch_user_features")
+    # The format picker lists xgrammar's formats, read from the server
+    expect(page.locator("#tools-format")).to_have_value("qwen_3")
+    expect(page.locator('#tools-format option[value="llama"]')).to_have_count(1)
+    expect(page.locator("#tools-choice")).to_have_value("required")
+    shot(page, "tools-tab")
+
+    page.select_option("#tools-choice", "auto")
+    expect(compiled.locator("#unconstrained")).to_contain_text("free text before the call")
+    assert '"tool_choice": "auto"' in source(page)
+    page.select_option("#tools-choice", "function:respond")
+    expect(compiled.locator("#tag-text")).not_to_contain_text("fetch_user_features")
+    assert '"name": "respond"' in source(page)
+
+    page.click("#btn-open-tag")
+    expect(page.locator('input[name="kind"][value="structural_tag"]')).to_be_checked()
+    expect(page.locator("#tools-controls")).to_be_hidden()
+    expect(compiled.locator(".stats")).to_contain_text("compiled")
+    expect(compiled.locator("#tools-compile")).to_have_count(0)
+    assert '"type": "structural_tag"' in source(page) and "respond" in source(page)
+
+
+def test_a_tools_session_steps_from_the_page(page: Page, live_server: str) -> None:
+    page.goto(f"{live_server}/?example=router_tools")
+    expect(page.locator("#compile-result .stats")).to_contain_text("compiled")
+    page.click("#btn-step")
+    expect(page.locator("#tokens .chip")).to_have_count(1)
+    expect(page.locator("#tokens .chip").first).to_contain_text("<")
