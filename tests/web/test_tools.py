@@ -161,7 +161,7 @@ def test_the_calls_text_replays_and_a_wrong_argument_is_refused(
 
 def test_llguidance_refuses_the_tools_tag(client: TestClient) -> None:
     error = _error(client, ROUTER_TOOLS, engine="llguidance")
-    assert "llguidance cannot take a structural tag" in error["message"]
+    assert "llguidance cannot mask this structural tag" in error["message"]
 
 
 def test_a_permalink_reopens_the_same_trace(client: TestClient) -> None:
