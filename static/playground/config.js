@@ -104,7 +104,7 @@
       const option = $$("option", picker).find((o) => o.value === m.id);
       if (!option || option.dataset.ready === String(m.ready)) continue;
       option.dataset.ready = String(m.ready);
-      option.disabled = !m.ready;
+      option.disabled = !m.ready && m.kind !== "tokenizer";  // picking one starts its load
       option.textContent = m.ready ? `${m.id} · ${m.model}` : `${m.id} · ${m.model} (not ready: ${m.reason})`;
       option.title = `${m.kind} · ${m.model}${m.url ? ` at ${m.url}` : ""} · ${m.ready ? `ready (${m.vocab_size} tokens)` : `not ready: ${m.reason}`}`;
       if (m.ready && option.selected) configChanged(true);
