@@ -113,6 +113,14 @@ def _markers(node: Any, markers: dict[str, str], excludes: dict[str, str]) -> No
             _markers(value, markers, excludes)
 
 
+def _rest(marker: str, consumed: str) -> str:
+    """What is left of ``marker`` when the text already ends with a part of it."""
+    for size in range(len(marker) - 1, 0, -1):
+        if consumed.endswith(marker[:size]):
+            return marker[size:]
+    return marker
+
+
 def tag_cause(
     source: str,
     token: str,
@@ -139,7 +147,7 @@ def tag_cause(
     _markers(tag.get("format", tag) if isinstance(tag, dict) else tag, markers, excludes)
     seen = [(consumed.rfind(m) + len(m), m) for m in markers if m.strip() and m in consumed]
     last = max(seen)[1] if seen else None
-    where = f"after the tag's {markers[last]} {last!r}" if last else "before any of its markers"
+    where = f"after {last!r} ({markers[last]})" if last else "before any of the tag's markers"
     parts = [f"{token!r} is refused {where}."]
     if token in excludes:
         parts.append(f"The tag's {excludes[token]} lists {token!r} in its excludes")
@@ -150,7 +158,7 @@ def tag_cause(
     allowed = [
         f"{m!r} ({role})"
         for m, role in markers.items()
-        if role in roles and m.strip() and accepts(m.encode())
+        if role in roles and m.strip() and accepts(_rest(m, consumed).encode())
     ]
     if free_text:
         barred = ", ".join(repr(e) for e in excludes) or "nothing"
