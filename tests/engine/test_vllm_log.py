@@ -48,8 +48,8 @@ def logged(name: str, *args: object, prefix: bool) -> str:
     if not prefix:
         return message
     record = logging.LogRecord("vllm", logging.ERROR, "scheduler.py", 2190, message, None, None)
-    record.vllm_process_name = "EngineCore"  # type: ignore[attr-defined]
-    record.fileinfo = "scheduler.py"  # type: ignore[attr-defined]
+    record.vllm_process_name = "EngineCore"
+    record.fileinfo = "scheduler.py"
     fmt = "(%(vllm_process_name)s pid=%(process)d) %(levelname)s %(asctime)s "
     fmt += "[%(fileinfo)s:%(lineno)d] %(message)s"
     return logging.Formatter(fmt, "%m-%d %H:%M:%S").format(record)
