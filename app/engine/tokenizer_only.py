@@ -89,6 +89,14 @@ class TokenizerModel:
         Raises:
             NoForwardEngine: always.
         """
+        self.refuse_session()
+
+    def refuse_session(self) -> NoReturn:
+        """Refuse a session before anything is compiled or rendered (``Engine.new_session``).
+
+        Raises:
+            NoForwardEngine: always.
+        """
         raise NoForwardEngine(
             f"model {self.spec.id!r} is a tokenizer only (MASKSCOPE_TOKENIZERS): it compiles, "
             "replays, tests, examines and exports, but runs no session; pick the local model "
