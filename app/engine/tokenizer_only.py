@@ -37,9 +37,9 @@ __all__ = [
 ]
 
 #: The shipped tokenizers' models' padded vocabularies (``config.vocab_size``, the logits' and
-#: the bitmask's width): transformers' ``DeepseekV4Config`` and ``Qwen3_5Config`` defaults (Qwen3.6's
-#: model card: "Token Embedding: 248320 (Padded)"). vLLM sizes the grammar bitmask with it; the
-#: ids past the tokenizer are padding, never allowed.
+#: the bitmask's width): transformers' ``DeepseekV4Config`` and ``Qwen3_5Config`` defaults
+#: (Qwen3.6's model card: "Token Embedding: 248320 (Padded)"). vLLM sizes the grammar bitmask
+#: with it; the ids past the tokenizer are padding, never allowed.
 PADDED_VOCAB = {"deepseek-v4": 129_280, "qwen3.6": 248_320}
 
 
