@@ -25,10 +25,15 @@ def walked_text(engine: AnyEngine, result: ReplayResult) -> str:
 
 
 async def replay_cause(
-    state: AppState, engine: AnyEngine, body: ReplayIn, result: ReplayResult
+    state: AppState,
+    engine: AnyEngine,
+    body: ReplayIn,
+    result: ReplayResult,
+    *,
+    presets: bool = True,
 ) -> tuple[ReplayCause | None, list[str]]:
-    """The cause of a replay's refusal, and for whitespace, the presets whose options take the
-    text past that point (found by replaying it under each)."""
+    """The cause of a replay's refusal, and for whitespace (unless ``presets`` is False), the
+    presets whose options take the text past that point (found by replaying it under each)."""
     rejection = result.rejection
     if rejection is None:
         return None, []
@@ -47,7 +52,7 @@ async def replay_cause(
     cause = explain(schema=schema, text=text, rejection=rejection, path=path,
                     options=spec.options, line_of=line_of)  # fmt: skip
     accepted_by: list[str] = []
-    if cause is not None and cause.whitespace and body.text is not None and not body.token_ids:
+    if presets and cause is not None and cause.whitespace and body.text and not body.token_ids:
         for name in PRESETS:
             options = OptionsIn.model_validate(
                 {"preset": name, "root_model": body.grammar.options.root_model}
@@ -67,7 +72,7 @@ async def with_cause(
     refusal = result.refusal
     if refusal is None or refusal.cause is not None:
         return result
-    cause, _ = await replay_cause(state, engine, body, result)
+    cause, _ = await replay_cause(state, engine, body, result, presets=False)
     if cause is None:
         return result
     where = f" (schema line {cause.line})" if cause.line else ""
