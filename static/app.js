@@ -133,7 +133,12 @@
     const path = MS.appPath(event.detail.path);
     Object.assign(headers, MS.csrfHeaders());
     if (elt) elt.msScope = MS.scopeOf(path);
-    if (path === "/ui/replay") ui.replayText = parameters.get ? parameters.get("text") : parameters.text;
+    if (path === "/ui/replay") {  // what the inspector replays: the inputs of the replay shown
+      const read = (name) => (parameters.get ? parameters.get(name) : parameters[name]);
+      ui.replayText = read("text");
+      ui.replayIds = read("token_ids") ?? "";
+      ui.replayLog = read("log") ?? "";
+    }
   });
   // The setup form is never submitted (the CSP refuses an inline onsubmit): htmx posts it.
   document.addEventListener("submit", (event) => { if (event.target.id === "config") event.preventDefault(); });

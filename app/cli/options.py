@@ -65,8 +65,9 @@ def add_grammar_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--model", default="local",
-        help="`local` (default), or a remote engine's id from MASKSCOPE_REMOTE_ENGINES: the model "
-        "that runs, and the tokenizer the masks are computed with",
+        help="`local` (default), a remote engine's id from MASKSCOPE_REMOTE_ENGINES, or a "
+        "tokenizer-only model's from MASKSCOPE_TOKENIZERS (deepseek-v4, qwen3.6 by default): the "
+        "model that runs, and the tokenizer the masks are computed with",
     )  # fmt: skip
 
 
@@ -173,7 +174,8 @@ def compare_library(args: argparse.Namespace) -> MaskingLibrary | None:
 
 
 def load_engine(args: argparse.Namespace, settings: Settings) -> AnyEngine:
-    """The engine ``--model`` names: the local model, or a remote engine of
+    """The engine ``--model`` names: the local model, a tokenizer-only model of
+    ``MASKSCOPE_TOKENIZERS`` (the shipped ones by default), or a remote engine of
     ``MASKSCOPE_REMOTE_ENGINES`` (checked once; no local model is loaded then)."""
     from app.engine import Engine
     from app.settings import LOCAL_MODEL_ID
@@ -181,5 +183,10 @@ def load_engine(args: argparse.Namespace, settings: Settings) -> AnyEngine:
     if args.model == LOCAL_MODEL_ID:
         return Engine.load(settings)
     from app.engine.remote.engines import open_remote
+    from app.engine.tokenizer_only import open_tokenizer
+
+    tokenizer_only = open_tokenizer(settings, args.model)
+    if tokenizer_only is not None:
+        return tokenizer_only
 
     return open_remote(settings, args.model)

@@ -1,9 +1,12 @@
-"""``python -m app replay``: walk a text through a grammar, no model run."""
+"""``python -m app replay``: walk a text, token ids or a vLLM log line's ids through a grammar,
+no model run."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import sys
 from typing import TYPE_CHECKING
 
 from app.cli.options import (
@@ -17,27 +20,68 @@ from app.settings import Settings
 
 if TYPE_CHECKING:
     from app.engine import ReplayResult
+    from app.engine.records import Refusal
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
 NAME = "replay"
-HELP = "check a text against a grammar, no model"
+HELP = "check a text or token ids against a grammar, no model"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``replay``'s flags."""
     add_grammar_arguments(parser)
-    parser.add_argument("--text", required=True, help="the text to walk through the grammar")
+    parser.add_argument(
+        "--text", help="the text to walk through the grammar (before the ids, when given)"
+    )
+    parser.add_argument(
+        "--token-ids", metavar="1,2,3",
+        help="token ids of the --model's tokenizer, after the text (a logged batch)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--log", metavar="LINE",
+        help="a pasted vLLM log line (grammar rejected tokens [...], failed to advance FSM, "
+        "rejected draft token): its ids follow the text and --token-ids",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the replay as JSON")
     add_compare_argument(parser)
 
 
+def _ids(args: argparse.Namespace) -> list[int] | None:
+    """The ids of ``--token-ids`` then ``--log``, None when neither is given.
+
+    Raises:
+        InvalidInput: an item of --token-ids is not an integer, or the log line holds none of
+            the messages read.
+    """
+    from app.engine.vllm_log import parse_log_line
+    from app.exceptions import InvalidInput
+
+    if args.token_ids is None and args.log is None:
+        return None
+    ids: list[int] = []
+    for position, item in enumerate(filter(None, re.split(r"[\s,]+", args.token_ids or ""))):
+        if not re.fullmatch(r"\d+", item.strip("[]")):
+            raise InvalidInput(f"--token-ids: item {position} ({item!r}) is not a token id")
+        ids.append(int(item.strip("[]")))
+    if args.log is not None:
+        ids += parse_log_line(args.log).token_ids
+    return ids
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    """Replay ``--text``; exit 0 when it is accepted and complete, 1 otherwise."""
+    """Replay ``--text``, then ``--token-ids``, then ``--log``'s ids; exit 0 when accepted and
+    complete, 1 otherwise, 2 when nothing is given to replay."""
+    token_ids = _ids(args)
+    if args.text is None and token_ids is None:
+        print("replay: give --text, --token-ids or --log (or several)", file=sys.stderr)
+        return 2
     spec = grammar_request(args, settings).spec
     engine = load_engine(args, settings)
     try:
-        result = engine.replay(spec, text=args.text, compare=compare_library(args))
+        result = engine.replay(
+            spec, text=args.text, token_ids=token_ids, compare=compare_library(args)
+        )
     finally:
         engine.close()
     print(json.dumps(result.to_dict()) if args.json else _text(result))
@@ -57,6 +101,8 @@ def _text(result: ReplayResult) -> str:
             f"\nrejected at offset {rej.offset} (token {rej.token_index}, "
             f"{rej.token_text!r}); the grammar accepts e.g. {list(rej.expected)}"
         )
+    if result.refusal:
+        lines += _refusal(result.refusal)
     lines.append(f"accepted: {result.accepted}; complete: {result.complete}")
     if result.follower is not None:
         other = result.follower
@@ -65,3 +111,23 @@ def _text(result: ReplayResult) -> str:
             f"{other.engine}: accepted: {other.accepted}; complete: {other.complete}{where}"
         )
     return "\n".join(lines)
+
+
+def _refusal(refusal: Refusal) -> list[str]:
+    """The first refused id explained: its spelling, the state, the mask, the tag's cause."""
+    allowed = refusal.allowed
+    if refusal.allowed_tokens is not None:
+        there = ", ".join(repr(t) for t in refusal.allowed_tokens)
+    else:
+        there = "blocked entirely: " + (
+            "; ".join(f"{c.label} ({c.count})" for c in allowed.blocked_classes) or "no class"
+        )
+    lines = [
+        f"first refused id {refusal.token_id} {refusal.token!r}"
+        f"{' (special)' if refusal.special else ''} at token {refusal.index}, in the state "
+        f"{' > '.join(refusal.rules) or '-'}, after {refusal.after[-30:]!r}",
+        f"allowed there: {allowed.allowed_count} of {allowed.vocab_size}; {there}",
+    ]
+    if refusal.cause:
+        lines.append(f"cause: {refusal.cause}")
+    return lines

@@ -108,11 +108,15 @@ class Engine(Generic[M]):
         Raises:
             GrammarError: the grammar does not compile.
             InvalidInput: a value outside its range (max_tokens above the cap...).
+            NoForwardEngine: the model is a tokenizer only.
         """
         if max_tokens > self.settings.max_tokens_cap:
             raise InvalidInput(
                 f"max_tokens must be at most {self.settings.max_tokens_cap}, got {max_tokens}"
             )
+        refuse = getattr(self.model, "refuse_session", None)  # a model with no forward pass
+        if refuse is not None:
+            refuse()
         compiled = self.compile(grammar) if isinstance(grammar, GrammarSpec) else grammar
         prompt = render_prompt(self.model.tokens, messages, raw_prompt)
         return Session(

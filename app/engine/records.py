@@ -10,15 +10,19 @@ import base64
 import dataclasses
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.verdicts import Validation, ValidationError
+
+if TYPE_CHECKING:
+    from app.engine.mask_summary import MaskSummary
 
 __all__ = [
     "Disagreement",
     "FollowerRecord",
     "GrammarState",
     "Probe",
+    "Refusal",
     "Rejection",
     "ReplayResult",
     "ReplayToken",
@@ -262,6 +266,48 @@ class Rejection:
 
 
 @dataclass(frozen=True, slots=True)
+class Refusal:
+    """The first refused token.
+
+    Attributes:
+        index: its position in the replayed ids (the text's tokens first).
+        token_id: its id.
+        token: its spelling in the model's tokenizer (special and added tokens by name).
+        special: whether the tokenizer counts it special (its added-token flag, or a stop id).
+        rules: the grammar rules active where it was refused (the state).
+        after: the end of the text accepted before it.
+        allowed: the mask there: the allowed ids when few, else the classes it blocks.
+        allowed_tokens: the spellings of the allowed ids, when the summary lists them.
+        cause: the refusal in the structural tag's terms (a JSON grammar's cause is in schema
+            terms, found by the web layer from the schema); None when no rule applies.
+    """
+
+    index: int
+    token_id: int
+    token: str
+    special: bool
+    rules: tuple[str, ...]
+    after: str
+    allowed: MaskSummary
+    allowed_tokens: tuple[str, ...] | None
+    cause: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "index": self.index,
+            "token_id": self.token_id,
+            "token": self.token,
+            "special": self.special,
+            "rules": list(self.rules),
+            "after": self.after,
+            "allowed": self.allowed.to_dict(),
+            "allowed_tokens": None if self.allowed_tokens is None else list(self.allowed_tokens),
+            "cause": self.cause,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class ReplayResult:
     """A text or token list walked through the grammar without a model."""
 
@@ -270,6 +316,7 @@ class ReplayResult:
     tokens: tuple[ReplayToken, ...]
     rejection: Rejection | None
     follower: ReplayVerdict | None = None
+    refusal: Refusal | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -279,6 +326,7 @@ class ReplayResult:
             "tokens": [t.to_dict() for t in self.tokens],
             "rejection": self.rejection.to_dict() if self.rejection else None,
             "follower": self.follower.to_dict() if self.follower else None,
+            "refusal": self.refusal.to_dict() if self.refusal else None,
         }
 
     def verdict(self, engine: str) -> ReplayVerdict:

@@ -11,6 +11,7 @@ from app.engine.jsonpath import JsonPosition, advance
 from app.engine.mask import allowed_vector, bitmask_bytes, count_allowed, new_bitmask
 from app.engine.masking import MaskingEngine, new_masking
 from app.engine.records import Rejection, ReplayResult, ReplayToken
+from app.engine.refusal import explain_refusal
 from app.engine.tokens import Tokens
 from app.exceptions import InvalidInput, ReplayTooLong
 
@@ -22,21 +23,24 @@ _EXPECTED_SAMPLE = 20
 def _token_ids(
     tokens: Tokens, text: str | None, token_ids: Sequence[int] | None, max_tokens: int | None
 ) -> list[int]:
-    if (text is None) == (token_ids is None):
-        raise InvalidInput("give either text or token_ids")
-    ids = tokens.encode(text) if text is not None else list(token_ids or ())
-    if max_tokens is not None and len(ids) > max_tokens:
-        what = "the text is" if text is not None else "token_ids has"
-        raise ReplayTooLong(
-            f"{what} {len(ids)} tokens; a replay walks at most {max_tokens}",
-            pointer="/text" if text is not None else "/token_ids",
-        )
-    for position, token_id in enumerate(ids if token_ids is not None else ()):
+    """The ids walked: the text's tokens, then ``token_ids`` (either may be absent)."""
+    if text is None and token_ids is None:
+        raise InvalidInput("give text, token_ids, or both (the text first, then the ids)")
+    given = list(token_ids or ())
+    for position, token_id in enumerate(given):
         if not 0 <= token_id < tokens.vocab_size:
             raise InvalidInput(
                 f"token_ids[{position}] = {token_id} is outside the vocabulary "
-                f"(0..{tokens.vocab_size - 1})"
+                f"(0..{tokens.vocab_size - 1})",
+                pointer=f"/token_ids/{position}",
             )
+    ids = (tokens.encode(text) if text else []) + given
+    if max_tokens is not None and len(ids) > max_tokens:
+        what = "token_ids has" if not text else "the text is" if not given else "text and ids are"
+        raise ReplayTooLong(
+            f"{what} {len(ids)} tokens; a replay walks at most {max_tokens}",
+            pointer="/text" if token_ids is None else "/token_ids",
+        )
     return ids
 
 
@@ -105,12 +109,13 @@ def replay(
     bitmask_for: Collection[int] = (),
     max_tokens: int | None = None,
 ) -> ReplayResult:
-    """Feed ``text`` (tokenized as the model would) or ``token_ids`` to a fresh matcher.
+    """Feed ``text`` (tokenized as the model would), ``token_ids``, or both (the text's tokens
+    first: a pasted output, then a logged batch) to a fresh matcher.
 
     Each token reports the state it was checked in: its mask, and the depth, JSON path and
     active rules before it. At the first refused token the walk stops; the rejection gives the
     offset (in code points) of the first refused character and a sample of what the grammar
-    accepts.
+    accepts, and the refusal explains it (the state, the mask in words, a tag's cause).
 
     Args:
         bitmask_for: the token indices whose packed bitmask is kept in the result (the others
@@ -118,7 +123,8 @@ def replay(
         max_tokens: the most tokens walked; a longer input is refused before any is walked.
 
     Raises:
-        InvalidInput: neither or both of text and token_ids, or an id outside the vocabulary.
+        InvalidInput: neither text nor token_ids, or an id outside the vocabulary (its
+            position in the pointer).
         ReplayTooLong: more tokens than ``max_tokens``.
     """
     ids = _token_ids(tokens, text, token_ids, max_tokens)
@@ -149,7 +155,10 @@ def replay(
         )
         if not accepted:
             rejection = _rejection(masking, tokens, words, token_id, index, consumed)
-            return ReplayResult(False, False, tuple(walked), rejection)
+            refusal = explain_refusal(
+                grammar, masking, tokens, words, token_id=token_id, index=index, consumed=consumed
+            )
+            return ReplayResult(False, False, tuple(walked), rejection, refusal=refusal)
         consumed += tokens.output_bytes(token_id)
     complete = masking.is_terminated() or masking.is_completed()
     return ReplayResult(True, complete, tuple(walked), None)

@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from app.caps import (
     MAX_ACTIONS,
+    MAX_LOG_LINE,
     MAX_MESSAGES_BYTES,
     MAX_REPLAY_TOKENS,
     MAX_SEED,
@@ -33,6 +34,7 @@ from app.engine import (
     presets,
     with_schema,
 )
+from app.engine.vllm_log import parse_log_line
 from app.exceptions import InvalidInput, TooLarge
 from app.schematests import Expect, SchemaTest
 from app.settings import LOCAL_MODEL_ID, Settings
@@ -68,6 +70,7 @@ def _valid_unicode(value: str) -> str:
 
 Text = Annotated[str, AfterValidator(_valid_unicode)]
 Separator = Annotated[str, Field(max_length=8)]
+TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
 Library = LibraryName
 Compare = Annotated[
     Library | None,
@@ -301,25 +304,25 @@ class ForceIn(_Strict):
 
 
 class ReplayIn(_Strict):
-    """A text or token ids to walk through the grammar, no model involved."""
+    """The text, then token ids, then a log line's ids (any of them) walked with no model."""
 
     grammar: GrammarIn
     model: ModelId = LOCAL_MODEL_ID
     text: Text | None = Field(default=None, max_length=MAX_SOURCE_BYTES)
-    token_ids: list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]] | None = Field(
-        default=None, max_length=MAX_REPLAY_TOKENS
-    )
+    token_ids: list[TokenId] | None = Field(default=None, max_length=MAX_REPLAY_TOKENS)
+    log: Text | None = Field(default=None, max_length=MAX_LOG_LINE, description="a vLLM log line")
     bitmask_for: list[Annotated[int, Field(ge=0, le=MAX_REPLAY_TOKENS - 1)]] = Field(
-        default_factory=list,
-        max_length=64,
-        description="token indices whose packed bitmask the answer includes",
+        default_factory=list, max_length=64, description="the token indices whose bitmask is kept"
     )
     compare: Compare = None
 
     @model_validator(mode="after")
-    def _one_input(self) -> ReplayIn:
-        if (self.text is None) == (self.token_ids is None):
-            raise ValueError("give either text or token_ids")
+    def _some_input(self) -> ReplayIn:
+        if self.log is not None:  # InvalidInput (422, pointer /log) when no message is found
+            logged = list(parse_log_line(self.log).token_ids)
+            self.token_ids, self.log = (self.token_ids or []) + logged, None
+        if self.text is None and self.token_ids is None:
+            raise ValueError("give text, token_ids, or both (the text first, then the ids)")
         return self
 
 

@@ -31,6 +31,7 @@ STATUS: dict[type[exc.MaskscopeError], int] = {
     exc.GrammarTooComplex: 422,
     exc.SandboxUnconfined: 422,
     exc.InvalidInput: 422,
+    exc.NoForwardEngine: 422,
     exc.ForbiddenOrigin: 403,
     exc.TokenRefused: 409,
     exc.SessionFinished: 409,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, TypeVar
 
 from fastapi.exceptions import RequestValidationError
@@ -34,6 +35,7 @@ __all__ = [
     "share_tests",
     "shared_step",
     "step_count",
+    "token_ids",
     "panel_tests_request",
     "validated",
 ]
@@ -139,14 +141,36 @@ def doctor_request(form: FormData) -> DoctorIn:
                                 "max_tokens": _number(form, "max_tokens")})  # fmt: skip
 
 
+def token_ids(value: str) -> list[int] | None:
+    """The ids box: integers separated by commas or spaces, brackets allowed (a pasted list);
+    None when empty.
+
+    Raises:
+        InvalidInput: an item is not an integer (its position is named).
+    """
+    items = [item for item in re.split(r"[\s,]+", value.strip().strip("[]")) if item]
+    for position, item in enumerate(items):
+        if not re.fullmatch(r"-?\d+", item):
+            raise InvalidInput(
+                f"token ids are integers separated by commas or spaces; item {position} is "
+                f"{item[:20]!r}",
+                pointer=f"/token_ids/{position}",
+            )
+    return [int(item) for item in items] or None
+
+
 def replay_request(form: FormData) -> ReplayIn:
-    """The replay request for the form's grammar, model, text and compare toggle."""
+    """The replay request for the form's grammar, model, text, ids, log line and compare
+    toggle (the text first, then the ids, then the log line's ids)."""
+    log = str(form.get("log") or "").strip()
     return validated(
         ReplayIn,
         {
             "grammar": _grammar(form),
             "model": _model(form),
             "text": form.get("text") or "",
+            "token_ids": token_ids(str(form.get("token_ids") or "")),
+            "log": log or None,
             "compare": _compare(form),
         },
     )

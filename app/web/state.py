@@ -12,6 +12,8 @@ from fastapi.templating import Jinja2Templates
 
 from app.engine import AnyEngine, Engine
 from app.engine.remote.engines import RemoteEngines
+from app.engine.shipped_tokenizers import SHIPPED
+from app.engine.tokenizer_only import PADDED_VOCAB, TokenizerModels, added_tokens_of
 from app.exceptions import InvalidInput, NotReady
 from app.sandbox.sandbox import Sandbox
 from app.settings import LOCAL_MODEL_ID, Settings
@@ -39,6 +41,10 @@ def release_memory() -> None:
         pass
 
 
+def _added(tokenizer: Any) -> list[dict[str, Any]]:
+    return [token.to_dict() for token in added_tokens_of(tokenizer)]
+
+
 class AppState:
     """Per-app state; the engine loads in a background thread so the server answers meanwhile.
 
@@ -55,6 +61,7 @@ class AppState:
         self.owns_engine = engine is None
         self.load_error: Exception | None = None
         self.remotes = RemoteEngines(settings)
+        self.tokenizers = TokenizerModels(settings)
         self.pools = Pools.create(settings)
         self.sessions = SessionStore(
             settings.max_sessions,
@@ -72,6 +79,7 @@ class AppState:
         self.shutdown = Shutdown()
         self.shutdown.add_hook("pools", self.pools.shutdown)
         self.shutdown.add_hook("compile workers", self._close_compiler)
+        self.shutdown.add_hook("tokenizer models", self.tokenizers.close)
         self.metrics = Metrics(
             Watched(
                 self.pools,
@@ -121,11 +129,17 @@ class AppState:
         )
 
     def is_configured(self, model_id: str) -> bool:
-        """Whether ``model_id`` names the local model or a remote engine of the settings."""
-        return model_id == LOCAL_MODEL_ID or model_id in self.remotes.slots
+        """Whether ``model_id`` names the local model, a remote engine or a tokenizer-only model
+        of the settings."""
+        return (
+            model_id == LOCAL_MODEL_ID
+            or model_id in self.remotes.slots
+            or model_id in self.tokenizers.slots
+        )
 
     def engine_for(self, model_id: str) -> AnyEngine:
-        """The engine a request names: ``local``, or a remote engine's id.
+        """The engine a request names: ``local``, a remote engine's id, or a tokenizer-only
+        model's (whose first use starts its load).
 
         Raises:
             InvalidInput: no model has this id here.
@@ -134,14 +148,19 @@ class AppState:
         if model_id == LOCAL_MODEL_ID:
             return self.require_engine()
         if not self.is_configured(model_id):
-            known = ", ".join(map(repr, [LOCAL_MODEL_ID, *self.remotes.slots]))
+            known = ", ".join(
+                map(repr, [LOCAL_MODEL_ID, *self.remotes.slots, *self.tokenizers.slots])
+            )
             raise InvalidInput(
                 f"no model {model_id!r} here; the models are {known}", pointer="/model"
             )
+        if model_id in self.tokenizers.slots:
+            return self.tokenizers.get(model_id)
         return self.remotes.get(model_id)
 
     def models(self) -> list[dict[str, Any]]:
-        """``GET /api/models``: the local model and every remote engine, ready or not (why)."""
+        """``GET /api/models``: the local model, every remote engine and every tokenizer-only
+        model, ready or not (why), each with its tokenizer's added tokens once loaded."""
         local = self.engine.model if self.engine is not None else None
         listed: list[dict[str, Any]] = [
             {
@@ -153,6 +172,7 @@ class AppState:
                 "url": None,
                 "ready": local is not None,
                 "reason": None if local else self._local_reason(),
+                "added_tokens": _added(local.tokens.tokenizer) if local else None,
             }
         ]
         for slot in self.remotes.slots.values():
@@ -167,6 +187,34 @@ class AppState:
                     "url": slot.spec.url,
                     "ready": ready,
                     "reason": None if ready else slot.reason,
+                    "added_tokens": (
+                        _added(slot.engine.model.tokens.tokenizer) if slot.engine else None
+                    ),
+                }
+            )
+        return listed + self._tokenizer_models()
+
+    def _tokenizer_models(self) -> list[dict[str, Any]]:
+        """The ``GET /api/models`` entries of the tokenizer-only models (none is loaded here)."""
+        listed: list[dict[str, Any]] = []
+        for model_id, slot in self.tokenizers.slots.items():
+            spec, loaded = slot.spec, slot.engine.model if slot.engine else None
+            shipped = SHIPPED.get(spec.tokenizer)
+            listed.append(
+                {
+                    "id": model_id,
+                    "kind": "tokenizer",
+                    "model": shipped.model if shipped else spec.tokenizer,
+                    "tokenizer": shipped.package if shipped else spec.tokenizer,
+                    "vocab_size": (
+                        loaded.tokens.vocab_size
+                        if loaded
+                        else spec.vocab_size or PADDED_VOCAB.get(spec.tokenizer)
+                    ),
+                    "url": None,
+                    "ready": loaded is not None,
+                    "reason": None if loaded else self.tokenizers.reason(model_id),
+                    "added_tokens": [t.to_dict() for t in loaded.added_tokens] if loaded else None,
                 }
             )
         return listed
@@ -180,6 +228,7 @@ class AppState:
         """Stop what this app started."""
         self.pools.shutdown()
         self.remotes.close()
+        self.tokenizers.close()
         self.store.close()
         if self.owns_engine and self.engine is not None:
             self.engine.close()

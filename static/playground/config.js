@@ -88,15 +88,21 @@
   // The model picker: while a model is not ready, its option is disabled and says why; the list
   // is asked again until every model is ready, and a model that becomes ready is enabled (the
   // picked one recompiles with its tokenizer).
+  // A tokenizer-only model loads on its first use: it is waited for only once picked.
   const MODELS_POLL_MS = 3000;
+  let watching = false, timer = null;
+  const settled = (o) => o.dataset.ready === "true" || (o.dataset.kind === "tokenizer" && !o.selected);
   async function watchModels() {
     const picker = $("#model");
-    if (!picker || $$("option", picker).every((o) => o.dataset.ready === "true")) return;
+    if (watching || !picker || $$("option", picker).every(settled)) return;
+    watching = true;
     try {
       const response = await fetch(MS.url("/api/models"));
       if (response.ok) updateModels(picker, await response.json());
     } catch (error) { /* the server is away: ask again */ }
-    setTimeout(watchModels, MODELS_POLL_MS);
+    watching = false;
+    clearTimeout(timer);  // one chain of polls, however often it is started
+    timer = setTimeout(watchModels, MODELS_POLL_MS);
   }
 
   function updateModels(picker, models) {
@@ -104,7 +110,7 @@
       const option = $$("option", picker).find((o) => o.value === m.id);
       if (!option || option.dataset.ready === String(m.ready)) continue;
       option.dataset.ready = String(m.ready);
-      option.disabled = !m.ready;
+      option.disabled = !m.ready && m.kind !== "tokenizer";  // picking one starts its load
       option.textContent = m.ready ? `${m.id} · ${m.model}` : `${m.id} · ${m.model} (not ready: ${m.reason})`;
       option.title = `${m.kind} · ${m.model}${m.url ? ` at ${m.url}` : ""} · ${m.ready ? `ready (${m.vocab_size} tokens)` : `not ready: ${m.reason}`}`;
       if (m.ready && option.selected) configChanged(true);
@@ -126,6 +132,7 @@
       else if (t.name === "prompt_mode") setPromptMode(t.value);
       else if (t.classList.contains("compile-opt") && t.type === "checkbox") optionEdited(t);
       configChanged(t.classList.contains("compile-opt") || t.name === "kind");
+      if (t.id === "model") watchModels();  // a tokenizer-only model picked: wait for its load
       if (t.tagName === "SELECT") t.blur();  // keys go back to the page
     });
     $("#example").addEventListener("change", (event) => {

@@ -13,7 +13,7 @@ window.MS = (() => {
     // The setup (kind, source, options, engine, model) the page shows: a counter, bumped by each
     // change of it. Every request names it, and the session, and an answer for an older one is
     // dropped (app.js, htmx:beforeSwap). `replayRun` counts the Replay presses the same way.
-    setup: 0, replayRun: 0, replayText: null, requestedIndex: null,
+    setup: 0, replayRun: 0, replayText: null, replayIds: null, replayLog: null, requestedIndex: null,
   };
 
   function toast(text) {

@@ -19,7 +19,8 @@
     chips.forEach((c) => c.classList.toggle("selected", c === chip));
     chip.scrollIntoView({ block: "nearest" });
     // The text of the replay shown, not what the box holds now (it may have been edited since).
-    const values = { text: ui.replayText ?? $("#replay-text").value };
+    const values = { text: ui.replayText ?? $("#replay-text").value,
+      token_ids: ui.replayIds ?? $("#replay-ids").value, log: ui.replayLog ?? $("#replay-log").value };
     return MS.request("replay-inspector", "POST", `/ui/replay/${chip.dataset.index}`, { target: "#inspector", swap: "outerHTML", values, form: true });
   }
 

@@ -31,7 +31,7 @@ STALE = re.compile(r"\bstale\b")
 @pytest.fixture(scope="module")
 def remote_server(engine: Engine, vllm_server: VllmServer) -> Iterator[str]:
     """The app with the remote engine ``vllm``, once both models are ready."""
-    settings = Settings(remote_engines=[spec_for(vllm_server)])
+    settings = Settings(remote_engines=[spec_for(vllm_server)], tokenizers=[])
     for url in serve(settings, engine):
         deadline = time.monotonic() + _READY_S
         while not all(m["ready"] for m in httpx.get(f"{url}/api/models").json()):

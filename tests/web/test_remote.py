@@ -40,7 +40,7 @@ def db_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _settings(db_path: Path, *specs: Any) -> Settings:
-    return Settings(db_path=db_path, max_sessions=8, remote_engines=list(specs))
+    return Settings(db_path=db_path, max_sessions=8, remote_engines=list(specs), tokenizers=[])
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,9 @@ def test_the_models_list_the_local_model_and_each_remote_engine(client: TestClie
         "url": None,
         "ready": True,
         "reason": None,
+        "added_tokens": listed["local"]["added_tokens"],  # the same SmolLM2 tokenizer
     }
+    assert {"id": 0, "content": "<|endoftext|>", "special": True} in listed["vllm"]["added_tokens"]
     assert not listed["down"]["ready"] and "unreachable" in listed["down"]["reason"]
 
 

@@ -9,6 +9,7 @@ from app.web.bodies import ReplayIn
 from app.web.deps import StateDep
 from app.web.routes.encoding import json_response
 from app.web.services import actions
+from app.web.services.replay_cause import with_cause
 
 __all__ = ["router"]
 
@@ -17,8 +18,10 @@ router = APIRouter()
 
 @router.post("/api/replay", tags=["grammar"])
 async def replay(body: ReplayIn, state: StateDep) -> Response:
-    """Walk a text or token ids through the grammar, without the model (with the tokenizer of
-    the one ``model`` names): at most ``MASKSCOPE_REPLAY_MAX_TOKENS`` tokens (413 beyond),
-    bitmasks only for ``bitmask_for``."""
-    result = await actions.replay(state, state.engine_for(body.model), body)
+    """Walk a text, token ids (or a pasted vLLM log line's), or both through the grammar,
+    without the model (with the tokenizer of the one ``model`` names): at most
+    ``MASKSCOPE_REPLAY_MAX_TOKENS`` tokens (413 beyond), bitmasks only for ``bitmask_for``. The
+    first refused token is explained in ``refusal``."""
+    engine = state.engine_for(body.model)
+    result = await with_cause(state, engine, body, await actions.replay(state, engine, body))
     return await json_response(result.to_dict())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -276,10 +277,15 @@ async def replay(state: AppState, engine: AnyEngine, body: ReplayIn) -> ReplayRe
 
 
 async def replay_token(
-    state: AppState, engine: AnyEngine, grammar_in: GrammarIn, text: str, index: int
+    state: AppState,
+    engine: AnyEngine,
+    grammar_in: GrammarIn,
+    text: str,
+    index: int,
+    token_ids: Sequence[int] = (),
 ) -> ReplayToken:
-    """Token ``index`` of the replay of ``text``, with its bitmask: only the tokens up to it
-    are walked, and only its bitmask is kept.
+    """Token ``index`` of the replay of ``text`` then ``token_ids``, with its bitmask: only the
+    tokens up to it are walked, and only its bitmask is kept.
 
     Raises:
         InvalidInput: the replay has no token ``index`` (the text is shorter, or refused before).
@@ -287,7 +293,7 @@ async def replay_token(
     grammar, _ = await compile_grammar(state, engine, grammar_in)
 
     def work() -> ReplayResult:
-        ids = engine.model.tokens.encode(text)[: index + 1]
+        ids = (engine.model.tokens.encode(text) + list(token_ids))[: index + 1]
         return engine.replay(grammar, token_ids=ids, bitmask_for=(index,))
 
     result = await state.pools.replays.run(work)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from app.doctor.replay_cause import ReplayCause, explain
@@ -12,17 +13,31 @@ from app.web.bodies import GrammarIn, OptionsIn, ReplayIn
 from app.web.services import actions
 from app.web.state import AppState
 
-__all__ = ["replay_cause"]
+__all__ = ["replay_cause", "walked_text", "with_cause"]
+
+
+def walked_text(engine: AnyEngine, result: ReplayResult) -> str:
+    """The output text of the tokens a replay walked (the refused one included): what its
+    offsets count in, whether it was given as text, ids or both."""
+    tokens = engine.model.tokens
+    data = b"".join(tokens.output_bytes(t.token_id) for t in result.tokens)
+    return data.decode("utf-8", errors="replace")
 
 
 async def replay_cause(
-    state: AppState, engine: AnyEngine, body: ReplayIn, result: ReplayResult
+    state: AppState,
+    engine: AnyEngine,
+    body: ReplayIn,
+    result: ReplayResult,
+    *,
+    presets: bool = True,
 ) -> tuple[ReplayCause | None, list[str]]:
-    """The cause of a replay's refusal, and for whitespace, the presets whose options take the
-    text past that point (found by replaying it under each)."""
+    """The cause of a replay's refusal, and for whitespace (unless ``presets`` is False), the
+    presets whose options take the text past that point (found by replaying it under each)."""
     rejection = result.rejection
-    if rejection is None or body.text is None:
+    if rejection is None:
         return None, []
+    text = walked_text(engine, result)
     _, resolved = await actions.compile_grammar(state, engine, body.grammar)  # a cache hit
     spec = resolved.spec
     if not spec.is_json:
@@ -34,10 +49,10 @@ async def replay_cause(
     )
     tokens = result.tokens
     path = tokens[rejection.token_index].path if rejection.token_index < len(tokens) else "$"
-    cause = explain(schema=schema, text=body.text, rejection=rejection, path=path,
+    cause = explain(schema=schema, text=text, rejection=rejection, path=path,
                     options=spec.options, line_of=line_of)  # fmt: skip
     accepted_by: list[str] = []
-    if cause is not None and cause.whitespace:
+    if presets and cause is not None and cause.whitespace and body.text and not body.token_ids:
         for name in PRESETS:
             options = OptionsIn.model_validate(
                 {"preset": name, "root_model": body.grammar.options.root_model}
@@ -47,3 +62,20 @@ async def replay_cause(
             if other.rejection is None or other.rejection.offset > rejection.offset:
                 accepted_by.append(name)
     return cause, accepted_by
+
+
+async def with_cause(
+    state: AppState, engine: AnyEngine, body: ReplayIn, result: ReplayResult
+) -> ReplayResult:
+    """``result`` with its refusal's cause in schema terms, for a JSON grammar (a structural
+    tag's is the engine's own)."""
+    refusal = result.refusal
+    if refusal is None or refusal.cause is not None:
+        return result
+    cause, _ = await replay_cause(state, engine, body, result, presets=False)
+    if cause is None:
+        return result
+    where = f" (schema line {cause.line})" if cause.line else ""
+    return dataclasses.replace(
+        result, refusal=dataclasses.replace(refusal, cause=cause.message + where)
+    )

@@ -13,7 +13,7 @@ from app.web.deps import StateDep
 from app.web.forms import compile_request, doctor_request, replay_request
 from app.web.services import actions
 from app.web.services.examine import editor_marks, examine
-from app.web.services.replay_cause import replay_cause
+from app.web.services.replay_cause import replay_cause, walked_text
 from app.web.ui.fragments import render_page
 
 __all__ = ["router"]
@@ -63,7 +63,8 @@ async def replay_fragment(request: Request, state: StateDep) -> HTMLResponse:
     engine = state.engine_for(body.model)
     result = await actions.replay(state, engine, body)
     cause, accepted_by = await replay_cause(state, engine, body, result)
-    context = {"result": result, "text": body.text, "cause": cause, "accepted_by": accepted_by}
+    text = walked_text(engine, result) if body.token_ids else body.text or ""
+    context = {"result": result, "text": text, "cause": cause, "accepted_by": accepted_by}
     return render_page(state, request, "partials/_replay.html", context)
 
 
@@ -74,7 +75,9 @@ async def replay_inspector(
     """The inspector for one replayed token, with its bitmask: the walk goes up to it only."""
     body = replay_request(await request.form())
     engine = state.engine_for(body.model)
-    token = await actions.replay_token(state, engine, body.grammar, body.text or "", index)
+    token = await actions.replay_token(
+        state, engine, body.grammar, body.text or "", index, body.token_ids or ()
+    )
     context = {"token": token, "index": index, "vocab_size": engine.model.tokens.vocab_size,
                "model_id": body.model,
                "summary": summarize_mask(token.bitmask, engine.model.tokens) if token.bitmask

@@ -1,0 +1,71 @@
+"""``python -m app replay --token-ids / --log --model qwen3.6``: a logged batch replayed on the
+shipped Qwen3.6 tokenizer from the command line (no model is loaded)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import xgrammar as xgr
+
+from app.__main__ import main
+
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": CITY}}
+LOG = (
+    "(EngineCore pid=9) ERROR 12-01 10:00:00 [scheduler.py:2190] Unexpected: grammar rejected "
+    "tokens [198, 248069, 271] for request chatcmpl-2. Terminating request."
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_worker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("MASKSCOPE_COMPILE_WORKERS", "1")
+    monkeypatch.setenv("MASKSCOPE_DB_PATH", str(tmp_path / "p.db"))
+
+
+def _tag(tmp_path: Path, *, reasoning: bool) -> str:
+    path = tmp_path / "tag.json"
+    built = xgr.get_model_structural_tag("qwen_3_5", tools=[WEATHER], reasoning=reasoning)
+    path.write_text(built.model_dump_json())
+    return str(path)
+
+
+def test_token_ids_and_text_replay_on_the_shipped_qwen_tokenizer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["replay", "--schema", _tag(tmp_path, reasoning=True), "--kind", "structural_tag",
+            "--model", "qwen3.6", "--text", "Hm.", "--token-ids", "198,248069,271",
+            "--json"]  # fmt: skip
+    assert main(args) == 0  # accepted, and the tag may end after the reasoning
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["accepted"] and answer["complete"] and answer["refusal"] is None
+    assert [t["token_id"] for t in answer["tokens"]][-3:] == [198, 248069, 271]
+
+
+def test_a_log_line_is_replayed_and_its_refusal_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["replay", "--schema", _tag(tmp_path, reasoning=False), "--kind", "structural_tag",
+            "--model", "qwen3.6", "--log", LOG]  # fmt: skip
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "first refused id 248069 '</think>' (special) at token 1" in out
+    assert "allowed there: " in out and "of 248320" in out
+    assert "cause: '</think>' is refused" in out and "excludes" in out
+
+
+def test_a_log_line_of_no_known_message_exits_2_naming_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["replay", "--schema", _tag(tmp_path, reasoning=True), "--kind", "structural_tag",
+            "--model", "qwen3.6", "--log", "WARNING nothing here"]  # fmt: skip
+    assert main(args) == 2
+    assert "grammar rejected tokens %s" in capsys.readouterr().err
+
+
+def test_nothing_to_replay_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["replay", "--schema", _tag(tmp_path, reasoning=True), "--kind", "structural_tag"]
+    assert main(args) == 2
+    assert "give --text, --token-ids or --log" in capsys.readouterr().err
