@@ -74,13 +74,15 @@ def validate_drafts(
     scratch = new_bitmask(vocab_size)  # the later positions' masks: filled, then not needed
     advanced = 0
     failed = False
-    for i, token in enumerate(drafts):
-        masking.fill_next_token_bitmask(first if i == 0 else scratch)
-        if masking.is_terminated() or not masking.accept_token(token):
-            failed = True
-            break
-        advanced += 1
-    if not failed:
-        masking.fill_next_token_bitmask(first if not drafts else scratch)
-    masking.rollback(advanced)
+    try:
+        for i, token in enumerate(drafts):
+            masking.fill_next_token_bitmask(first if i == 0 else scratch)
+            if masking.is_terminated() or not masking.accept_token(token):
+                failed = True
+                break
+            advanced += 1
+        if not failed:
+            masking.fill_next_token_bitmask(first if not drafts else scratch)
+    finally:
+        masking.rollback(advanced)  # whatever failed: the drafts leave no trace
     return DraftValidation(proposed=len(drafts), accepted=advanced, first_mask=first)
