@@ -340,6 +340,7 @@ class Session:
                 compared = self.follower.follow(record, record.follower)
                 followed = True
                 record = dataclasses.replace(record, follower=compared)
+            nbytes = record.nbytes()  # before the wait: the record's size is known already
             if following is not None:
                 ran.append(following.wait())
                 assert nxt is not None
@@ -360,7 +361,7 @@ class Session:
         idle = time.perf_counter() - start - sum(r.end - r.start for r in ran)
         record = dataclasses.replace(record, total_ms=raw.forward_ms + max(idle, 0.0) * 1000)
         self.steps.append(record)
-        self._records_bytes += record.nbytes()
+        self._records_bytes += nbytes
         self._accepted.append(accepted)
         self._positions.append(position)
         self.stop_reason = stop_reason

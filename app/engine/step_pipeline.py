@@ -55,8 +55,10 @@ class ForwardOutcome:
         return self.raw
 
 
-def _run(forward: ForwardEngine) -> ForwardOutcome:
+def _run(forward: ForwardEngine, started: threading.Event | None = None) -> ForwardOutcome:
     start = time.perf_counter()
+    if started is not None:
+        started.set()
     try:
         raw = forward.distribution()
     except BaseException as error:  # noqa: BLE001 - it belongs to the step that waits for it
@@ -76,7 +78,11 @@ class PendingForward:
         self._future: Future[ForwardOutcome] | None = None
         self._done: ForwardOutcome | None = None
         if overlap:
-            self._future = forward_pool().submit(_run, forward)
+            started = threading.Event()
+            self._future = forward_pool().submit(_run, forward, started)
+            # Block (releasing the GIL) until the pass has begun: else the worker may wait for
+            # the GIL while this thread prepares the next mask, and the model idles meanwhile.
+            started.wait()
         else:
             self._done = _run(forward)
 
