@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "MAX_ACTIONS",
+    "MAX_DRAFT_TOKENS",
     "MAX_LOG_LINE",
     "MAX_MESSAGES_BYTES",
     "MAX_REPLAY_TOKENS",
@@ -30,6 +31,8 @@ MAX_STEP_COUNT = 512
 MAX_SOURCE_BYTES = 256 * 1024
 #: The largest prompt (every message and the raw prompt together), in UTF-8 bytes.
 MAX_MESSAGES_BYTES = 32 * 1024
+#: The most speculative drafts validated before each step (``draft_tokens``).
+MAX_DRAFT_TOKENS = 16
 #: The most alternatives a step lists (``top_k``).
 MAX_TOP_K = 100
 #: The most token ids one replay walks through.

@@ -101,9 +101,11 @@ class Engine(Generic[M]):
         max_tokens: int = 256,
         top_k: int | None = None,
         compare: MaskingLibrary | None = None,
+        draft_tokens: int = 0,
     ) -> Session:
         """Compile ``grammar`` (unless already compiled), render the prompt and open a session;
-        with ``compare``, that library follows the same tokens (see :meth:`follower`).
+        with ``compare``, that library follows the same tokens (see :meth:`follower`); with
+        ``draft_tokens``, each step validates that many speculative drafts first.
 
         Raises:
             GrammarError: the grammar does not compile.
@@ -129,6 +131,7 @@ class Engine(Generic[M]):
             max_tokens=max_tokens,
             top_k=top_k or self.settings.top_k,
             follower=self.follower(compiled, compare),
+            draft_tokens=draft_tokens,
         )
 
     def replay(

@@ -19,24 +19,30 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Disagreement",
+    "DraftsRecord",
     "FollowerRecord",
     "GrammarState",
     "Probe",
     "Refusal",
     "Rejection",
+    "RollbackRecord",
     "ReplayResult",
     "ReplayToken",
     "ReplayVerdict",
     "StepRecord",
     "TIMING_FIELDS",
+    "VOLATILE_FIELDS",
     "TopDifference",
     "TopToken",
     "Validation",
     "ValidationError",
 ]
 
-#: Fields that may differ between two runs of the same step.
+#: The timings of a step.
 TIMING_FIELDS = frozenset({"forward_ms", "mask_us", "total_ms"})
+#: Fields that may differ between two runs of the same step: the timings, and ``rollback`` (a
+#: step taken again after a back has one; the first run of it had none).
+VOLATILE_FIELDS = TIMING_FIELDS | {"rollback"}
 
 
 def _b64(data: bytes) -> str:
@@ -92,6 +98,51 @@ class Probe:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"checked": self.checked, "disagree": [dataclasses.asdict(d) for d in self.disagree]}
+
+
+@dataclass(frozen=True, slots=True)
+class DraftsRecord:
+    """The speculative drafts of one step, validated the way vLLM's ``grammar_bitmask`` does.
+
+    Attributes:
+        proposed: draft tokens proposed for this step (prompt lookup, without the mask).
+        accepted: how many of them the grammar took in turn before the first it refused (the
+            matcher was advanced by these, then rolled back before the real step).
+    """
+
+    proposed: int
+    accepted: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackRecord:
+    """Whether a rollback restored the matcher: its state after the rollback against a copy of
+    the matcher taken before the tokens were advanced.
+
+    Attributes:
+        checked: a copy of the state was at hand (always, today).
+        differs: the token ids whose mask bits differ between the two, in id order.
+        jump_forward_differs: the jump-forward strings differ.
+        terminated_differs: the terminated flags differ.
+    """
+
+    checked: bool
+    differs: tuple[int, ...] = ()
+    jump_forward_differs: bool = False
+    terminated_differs: bool = False
+
+    @property
+    def restored(self) -> bool:
+        """Whether the rollback restored everything compared."""
+        return not (self.differs or self.jump_forward_differs or self.terminated_differs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {**dataclasses.asdict(self), "differs": list(self.differs)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +247,8 @@ class StepRecord:
     blocked_mass_max: float | None = None
     allowed_tokens: tuple[TopToken, ...] = ()
     follower: FollowerRecord | None = None
+    drafts: DraftsRecord | None = None
+    rollback: RollbackRecord | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: bytes as base64, tuples as lists; the remote-only fields when set."""
@@ -211,11 +264,14 @@ class StepRecord:
         out["allowed_tokens"] = [t.to_dict() for t in self.allowed_tokens]
         out["rules"] = list(self.rules)
         out["probe"] = self.probe.to_dict()
+        out["drafts"] = self.drafts.to_dict() if self.drafts else None
+        out["rollback"] = self.rollback.to_dict() if self.rollback else None
         return out
 
     def without_timings(self) -> dict[str, Any]:
-        """The record minus the timing fields: what must repeat after a back-and-step-again."""
-        return {k: v for k, v in self.to_dict().items() if k not in TIMING_FIELDS}
+        """The record minus the fields that may differ (:data:`VOLATILE_FIELDS`): what must
+        repeat after a back-and-step-again."""
+        return {k: v for k, v in self.to_dict().items() if k not in VOLATILE_FIELDS}
 
     def nbytes(self) -> int:
         """Memory this record holds (its bitmask, about 6 KB on a 49k vocabulary, dominates)."""

@@ -1,7 +1,13 @@
-"""The stepper: forward -> fill mask -> sample -> probe -> accept, one token at a time, recorded.
+"""The stepper: forward -> fill mask -> sample -> accept -> checks, one token at a time, recorded.
 
 A step is a transaction over the two engines it drives (the masking engine and the forward
 engine): it either completes and is recorded, or fails and leaves the session as it was.
+
+Between two forward passes only the token's choice and acceptance run (and the mask); the
+checks of step k (the probe, the follower's comparison, the distribution's view) run on copies
+of the matcher while the forward pass of step k+1 does, and step k's record is returned, complete,
+when both have ended (:mod:`app.engine.step_pipeline`). The next step then starts with its
+forward pass done.
 """
 
 from __future__ import annotations
@@ -9,13 +15,13 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from dataclasses import dataclass
 from enum import StrEnum
 
 import torch
 
 from app.engine.compare import Follower
 from app.engine.distribution import MaskedDistribution, mask_distribution
+from app.engine.drafts import propose_drafts, validate_drafts
 from app.engine.forward.base import ForwardEngine, RawDistribution, ServingModel
 from app.engine.grammar import CompileResult
 from app.engine.jsonpath import JsonPosition, advance
@@ -30,8 +36,24 @@ from app.engine.mask import (
 from app.engine.masking.base import MaskingEngine
 from app.engine.probe import probe_mask
 from app.engine.prompt import Prompt
-from app.engine.records import GrammarState, Probe, StepRecord, Validation
+from app.engine.records import (
+    DraftsRecord,
+    FollowerRecord,
+    GrammarState,
+    Probe,
+    StepRecord,
+    Validation,
+)
+from app.engine.rollback_check import (
+    CHECKPOINTS,
+    Reference,
+    check_rollback,
+    merge,
+    reference_of_fork,
+    reference_of_record,
+)
 from app.engine.sampling import SamplingParams
+from app.engine.step_pipeline import ForwardOutcome, PendingForward, Prepared
 from app.engine.validation import validate_output
 from app.exceptions import InvalidInput, SessionFinished, TokenRefused
 
@@ -49,15 +71,6 @@ class StopReason(StrEnum):
     MAX_TOKENS = "max_tokens"
     #: the matcher refused a token its own mask allowed (an engine bug, either library's: shown)
     REJECTED = "rejected"
-
-
-@dataclass(frozen=True, slots=True)
-class _Mask:
-    """What a step knows before its forward pass: the state its mask was computed in."""
-
-    before: GrammarState
-    jump_forward: str
-    mask_us: float
 
 
 class Session:
@@ -78,6 +91,10 @@ class Session:
         top_k: candidates of the raw distribution recorded per step.
         follower: compare mode: a second masking engine that follows the same tokens, its
             differences recorded in each step's ``follower``.
+        draft_tokens: speculative drafts validated before each step (see
+            :mod:`app.engine.drafts`), recorded in its ``drafts``.
+        overlap: run each step's checks during the next step's forward pass (on a worker
+            thread); False runs everything on the caller's thread, one after the other.
     """
 
     def __init__(
@@ -92,9 +109,13 @@ class Session:
         max_tokens: int = 256,
         top_k: int = 10,
         follower: Follower | None = None,
+        draft_tokens: int = 0,
+        overlap: bool = True,
     ) -> None:
         if max_tokens < 1:
             raise InvalidInput(f"max_tokens must be at least 1, got {max_tokens}")
+        if draft_tokens < 0:
+            raise InvalidInput(f"draft_tokens must be at least 0, got {draft_tokens}")
         if not 1 <= top_k <= model.tokens.vocab_size:
             raise InvalidInput(f"top_k must be between 1 and the vocabulary size, got {top_k}")
         self.model = model
@@ -103,17 +124,26 @@ class Session:
         self.sampling = sampling or SamplingParams()
         self.max_tokens = max_tokens
         self.top_k = top_k
+        self.draft_tokens = draft_tokens
+        self.overlap = overlap
         self.steps: list[StepRecord] = []
         self.stop_reason: StopReason | None = None
         self._tokens = model.tokens
         self._masking = masking
         self._forward = forward
         self.follower = follower
-        self._bitmask = new_bitmask(self._tokens.vocab_size)
         self._positions = [JsonPosition()]
         self._accepted: list[bool] = []
         self._records_bytes = 0
         self._state: GrammarState | None = None
+        # The next step, prepared during the last one (its mask, and its forward pass run).
+        self._ahead: Prepared | None = None
+        # Copies of the matcher in the states of the last CHECKPOINTS steps, by step index.
+        self._checkpoints: dict[int, MaskingEngine] = {}
+        # After a back: the step whose state the rollback must restore, and what that state
+        # answered before (None: ask its checkpoint).
+        self._rolled_back_to: int | None = None
+        self._rollback_reference: Reference | None = None
         # Callers may step from several threads (a web request, a stream); actions serialise.
         self._lock = threading.RLock()
 
@@ -154,13 +184,7 @@ class Session:
         """The parser state after the last token: the state the next mask is computed in."""
         with self._lock:
             if self._state is None:
-                position = self._positions[-1]
-                is_json = self.grammar.spec.is_json
-                self._state = GrammarState(
-                    depth=position.depth,
-                    path=position.path if is_json else "",
-                    rules=tuple(self._masking.active_rules()),
-                )
+                self._state = self._state_at(self._positions[-1])
             return self._state
 
     def validation(self) -> Validation | None:
@@ -230,9 +254,20 @@ class Session:
             n = min(n, len(self.steps))
             if n == 0:
                 return
+            index = len(self.steps) - n
+            if index not in self._checkpoints:
+                # No copy kept of that state any more: its record says what the matcher answered
+                # there before it advanced (see app.engine.rollback_check).
+                previous = self.steps[index - 1] if index else None
+                self._rollback_reference = reference_of_record(self.steps[index], previous)
+            else:
+                self._rollback_reference = None
+            self._rolled_back_to = index
             self._masking.rollback(sum(self._accepted[-n:]))
             self._records_bytes -= sum(s.nbytes() for s in self.steps[-n:])
             del self.steps[-n:], self._accepted[-n:], self._positions[-n:]
+            self._drop_checkpoints(after=index)
+            self._ahead = None  # its forward pass and mask were for the longer prefix
             self._forward.truncate(len(self.steps))
             if self.follower is not None:
                 self.follower.truncate(len(self.steps))
@@ -261,73 +296,180 @@ class Session:
             )
         start = time.perf_counter()
         index = len(self.steps)
-        mask = self._fill_mask()
-        words = self._bitmask[0]
+        ahead, self._ahead = self._ahead, None
+        ran: list[ForwardOutcome] = []  # the forward passes this call ran (its idle time)
+        if ahead is None or ahead.outcome is None:
+            pending = PendingForward(self._forward, overlap=self.overlap)
+            try:
+                prepared = ahead or self._prepare(index)
+            except BaseException:
+                pending.wait()
+                self._forward.truncate(index)
+                self._ahead = ahead
+                raise
+            ran.append(pending.wait())
+            ahead = prepared
+            ahead.outcome = ran[-1]
+        words = ahead.bitmask[0]
         if forced is not None and not is_allowed(words, forced):
+            self._ahead = ahead
             raise self._refusal(forced, words, index)
         accepted = followed = False
+        following: PendingForward | None = None
         try:
-            raw = self._forward.distribution()
+            raw = ahead.outcome.result()
             token = forced
             if token is None:
-                token = self._forward.choose(raw, self._bitmask, self.sampling, index=index)
+                token = self._forward.choose(raw, ahead.bitmask, self.sampling, index=index)
             raw = self._forward.with_token(raw, token)
-            view = mask_distribution(raw, self._bitmask, tokens=self._tokens, top_k=self.top_k)
-            allowed = allowed_array(words, self._tokens.vocab_size)
-            top = [t.token_id for t in view.top]
-            probe = probe_mask(self._masking, allowed, chosen=token, top=top, index=index)
-            comparison = None
-            if self.follower is not None:  # in the state this step's mask was computed in
-                probs = view.probs if view.probs is not None else view.known
-                comparison = self.follower.compare(words, probs, self._masking.probe_token)
             accepted = self._masking.accept_token(token)
+            terminated = self._masking.is_terminated()
+            stop_reason = self._stop_reason(index, token, accepted, terminated)
+            self._forward.extend(token)
             position = self._positions[-1]
             if accepted and self.grammar.spec.is_json:
                 position = advance(position, self._tokens.output_bytes(token))
-            record = self._record(index, token, forced is not None, mask, raw, view, probe, start)
+            nxt = None
+            if stop_reason is None and self.overlap:
+                # The next forward pass runs while this thread prepares the next mask and
+                # checks this step.
+                following = PendingForward(self._forward, overlap=True)
+                nxt = self._prepare(index + 1, position=position)
+            record = self._checked(ahead, token, forced is not None, raw, terminated)
             if self.follower is not None:
-                compared = self.follower.follow(record, comparison)
+                compared = self.follower.follow(record, record.follower)
                 followed = True
                 record = dataclasses.replace(record, follower=compared)
-            stop_reason = self._stop_reason(record, accepted)
-            self._forward.extend(token)
+            nbytes = record.nbytes()  # before the wait: the record's size is known already
+            if following is not None:
+                ran.append(following.wait())
+                assert nxt is not None
+                nxt.outcome, following = ran[-1], None
         except BaseException:
             # A step is a transaction: undo what the engines did, whatever failed.
+            if following is not None:
+                following.wait()
             if accepted:
                 self._masking.rollback(1)
             if followed and self.follower is not None:
                 self.follower.undo()
             self._forward.truncate(index)
+            self._drop_checkpoints(after=index)
+            ahead.outcome = None  # the truncated prefix runs its forward pass again
+            self._ahead = ahead
             raise
+        idle = time.perf_counter() - start - sum(r.end - r.start for r in ran)
+        record = dataclasses.replace(record, total_ms=raw.forward_ms + max(idle, 0.0) * 1000)
         self.steps.append(record)
-        self._records_bytes += record.nbytes()
+        self._records_bytes += nbytes
         self._accepted.append(accepted)
         self._positions.append(position)
         self.stop_reason = stop_reason
         self._state = None
+        self._ahead = nxt
         return record
 
-    def _fill_mask(self) -> _Mask:
-        """Fill the bitmask for the current state; nothing changes."""
-        before = self.state
-        jump_forward = self._masking.find_jump_forward_string()
+    def _prepare(self, index: int, *, position: JsonPosition | None = None) -> Prepared:
+        """Step ``index``'s mask, state and drafts, and the check of a rollback before it.
+
+        The matcher is in the step's state (it has taken the previous token); ``position`` is the
+        JSON position there when the previous step is not recorded yet.
+        """
+        checkpoint = self._checkpoints.get(index)
+        reference = None
+        if self._rolled_back_to == index:  # the first step after a back: check the rollback
+            reference = self._rollback_reference
+            if reference is None and checkpoint is not None:
+                reference = reference_of_fork(checkpoint, self._tokens.vocab_size)
+        if checkpoint is None:
+            checkpoint = self._masking.fork()
+        drafts = validation = None
+        if self.draft_tokens:
+            proposed = propose_drafts(self._context(), self.draft_tokens)
+            validation = validate_drafts(self._masking, proposed, self._tokens.vocab_size)
+            drafts = DraftsRecord(proposed=validation.proposed, accepted=validation.accepted)
+        bitmask = new_bitmask(self._tokens.vocab_size)
         mask_start = time.perf_counter()
-        self._masking.fill_next_token_bitmask(self._bitmask)
-        return _Mask(before, jump_forward, (time.perf_counter() - mask_start) * 1e6)
+        self._masking.fill_next_token_bitmask(bitmask)
+        mask_us = (time.perf_counter() - mask_start) * 1e6
+        jump_forward = self._masking.find_jump_forward_string()
+        rollback = None
+        if reference is not None or (validation is not None and validation.accepted):
+            allowed = allowed_array(bitmask[0], self._tokens.vocab_size)
+            terminated = self._masking.is_terminated()
+            if reference is not None:
+                rollback = check_rollback(allowed, jump_forward, terminated, reference)
+            if validation is not None and validation.accepted:
+                before_drafts = Reference(
+                    allowed=allowed_array(validation.first_mask[0], self._tokens.vocab_size),
+                    jump_forward=checkpoint.find_jump_forward_string(),
+                    terminated=checkpoint.is_terminated(),
+                )
+                drafted = check_rollback(allowed, jump_forward, terminated, before_drafts)
+                rollback = merge(rollback, drafted)
+        self._checkpoints[index] = checkpoint
+        self._drop_checkpoints(before=index - CHECKPOINTS + 1)
+        if self._rolled_back_to == index:
+            self._rolled_back_to, self._rollback_reference = None, None
+        return Prepared(
+            index=index,
+            bitmask=bitmask,
+            before=self._state_at(position or self._positions[-1]),
+            jump_forward=jump_forward,
+            mask_us=mask_us,
+            checkpoint=checkpoint,
+            drafts=drafts,
+            rollback=rollback,
+        )
+
+    def _checked(
+        self, ahead: Prepared, token: int, forced: bool, raw: RawDistribution, terminated: bool
+    ) -> StepRecord:
+        """Step ``ahead.index``'s record, its checks done: the distribution's view, the probe
+        and the follower's comparison, on copies of the matcher in the step's state."""
+        view = mask_distribution(raw, ahead.bitmask, tokens=self._tokens, top_k=self.top_k)
+        words = ahead.bitmask[0]
+        allowed = allowed_array(words, self._tokens.vocab_size)
+        top = [t.token_id for t in view.top]
+        # On a copy: the checkpoint is never advanced, so a broken rollback cannot reach it.
+        copy = ahead.checkpoint.fork()
+        probe = probe_mask(copy, allowed, chosen=token, top=top, index=ahead.index)
+        comparison = None
+        if self.follower is not None:  # in the state this step's mask was computed in
+            probs = view.probs if view.probs is not None else view.known
+            comparison = self.follower.compare(words, probs, copy.probe_token)
+        return self._record(ahead, token, forced, raw, view, probe, terminated, comparison)
+
+    def _state_at(self, position: JsonPosition) -> GrammarState:
+        is_json = self.grammar.spec.is_json
+        return GrammarState(
+            depth=position.depth,
+            path=position.path if is_json else "",
+            rules=tuple(self._masking.active_rules()),
+        )
+
+    def _context(self) -> list[int]:
+        """The prompt's ids and the tokens taken so far: what drafts are looked up in."""
+        return [*self.prompt.token_ids, *(s.token_id for s in self.steps)]
+
+    def _drop_checkpoints(self, *, after: int | None = None, before: int | None = None) -> None:
+        for index in list(self._checkpoints):
+            if (after is not None and index > after) or (before is not None and index < before):
+                del self._checkpoints[index]
 
     def _record(
         self,
-        index: int,
+        ahead: Prepared,
         token: int,
         forced: bool,
-        mask: _Mask,
         raw: RawDistribution,
         view: MaskedDistribution,
         probe: Probe,
-        start: float,
+        terminated: bool,
+        follower: FollowerRecord | None,
     ) -> StepRecord:
         return StepRecord(
-            index=index,
+            index=ahead.index,
             token_id=token,
             token_text=self._tokens.text(token),
             token_bytes=self._tokens.token_bytes[token],
@@ -338,32 +480,37 @@ class Session:
             blocked_mass=view.blocked_mass,
             allowed_count=view.allowed_count,
             vocab_size=self._tokens.vocab_size,
-            bitmask=bitmask_bytes(self._bitmask[0]),
-            depth=mask.before.depth,
-            path=mask.before.path,
-            rules=mask.before.rules,
-            jump_forward=mask.jump_forward,
+            bitmask=bitmask_bytes(ahead.bitmask[0]),
+            depth=ahead.before.depth,
+            path=ahead.before.path,
+            rules=ahead.before.rules,
+            jump_forward=ahead.jump_forward,
             probe=probe,
             mask_accept_agree=not probe.disagree,
             engine=self._masking.name,
             forward_ms=raw.forward_ms,
-            mask_us=mask.mask_us,
-            total_ms=(time.perf_counter() - start) * 1000,
-            terminated=self._masking.is_terminated(),
+            mask_us=ahead.mask_us,
+            total_ms=0.0,  # set once the step's call ends
+            terminated=terminated,
             # A remote engine's record states which figures are bounds; a local one's are exact.
             inexact=_inexact(token, view) if view.reports_bounds else None,
             blocked_mass_max=view.blocked_mass_max if view.reports_bounds else None,
             allowed_tokens=view.allowed_tokens,
+            follower=follower,
+            drafts=ahead.drafts,
+            rollback=ahead.rollback,
         )
 
-    def _stop_reason(self, record: StepRecord, accepted: bool) -> StopReason | None:
+    def _stop_reason(
+        self, index: int, token: int, accepted: bool, terminated: bool
+    ) -> StopReason | None:
         if not accepted:
             return StopReason.REJECTED
-        if record.terminated:
+        if terminated:
             return StopReason.TERMINATED
-        if record.token_id in self._tokens.stop_ids:
+        if token in self._tokens.stop_ids:
             return StopReason.EOS
-        if record.index + 1 >= self.max_tokens:
+        if index + 1 >= self.max_tokens:
             return StopReason.MAX_TOKENS
         return None
 

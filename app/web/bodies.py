@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from app.caps import (
     MAX_ACTIONS,
+    MAX_DRAFT_TOKENS,
     MAX_LOG_LINE,
     MAX_MESSAGES_BYTES,
     MAX_REPLAY_TOKENS,
@@ -194,6 +195,7 @@ class SessionIn(_Strict):
     top_k: int = Field(default=10, ge=1, le=MAX_TOP_K)
     model: ModelId = LOCAL_MODEL_ID
     compare: Compare = None
+    draft_tokens: int = Field(default=0, ge=0, le=MAX_DRAFT_TOKENS)
 
     def prompt_bytes(self) -> int:
         """The size of the prompt as sent: every message and the raw prompt, in UTF-8."""

@@ -20,7 +20,8 @@
     const w = width / n;
     const data = chips.map((c) => ({ depth: Number(c.dataset.depth), allowed: Number(c.dataset.allowed),
                                      blocked: Number(c.dataset.blocked), vocab: Number(c.dataset.vocab),
-                                     disagree: c.dataset.agree === "false" }));
+                                     disagree: c.dataset.agree === "false",
+                                     rollback: c.dataset.rollback === "differs" }));
     const maxDepth = Math.max(1, ...data.map((d) => d.depth));
     const logVocab = Math.log10(data[0].vocab || 49152);
     ctx.fillStyle = "rgba(225, 29, 72, 0.45)";
@@ -30,6 +31,9 @@
     // Steps where the mask and accept_token disagreed: a full-height amber mark.
     ctx.fillStyle = "rgba(180, 83, 9, 0.85)";
     data.forEach((d, i) => { if (d.disagree) ctx.fillRect(i * w, 0, Math.max(w - 0.5, 2), height); });
+    // Steps after a rollback that did not restore the matcher: a full-height crimson mark.
+    ctx.fillStyle = "rgba(159, 18, 57, 0.9)";
+    data.forEach((d, i) => { if (d.rollback) ctx.fillRect(i * w, 0, Math.max(w - 0.5, 2), height); });
     (window.maskscopeTimelineHooks || []).forEach((hook) => hook(ctx, chips, w, height));
     if (ui.selected !== null && ui.selected < data.length) {
       ctx.fillStyle = "rgba(30, 27, 75, 0.18)";

@@ -45,7 +45,7 @@ def faulty_nested_session(
     engine: Engine,
     fault: Fault | None = None,
     *,
-    after_fill: Callable[[torch.Tensor], None] | None = None,
+    after_fill: Callable[[torch.Tensor, int], None] | None = None,
     sampling: SamplingParams | None = None,
 ) -> Session:
     """:func:`nested_session` with its engines wrapped: ``fault`` fails the forward or masking

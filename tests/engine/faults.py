@@ -12,7 +12,7 @@ from app.engine.forward.base import ForwardEngine, RawDistribution
 from app.engine.masking.base import MaskingEngine
 from app.engine.sampling import SamplingParams
 
-__all__ = ["Fault", "FaultyForward", "FaultyMasking", "Injected", "flip_bit"]
+__all__ = ["BrokenRollback", "Fault", "FaultyForward", "FaultyMasking", "Injected", "flip_bit"]
 
 T = TypeVar("T")
 
@@ -89,29 +89,38 @@ class FaultyForward:
 
 class FaultyMasking:
     """A masking engine that is ``inner`` but for ``fault``, and ``after_fill``, which may
-    rewrite each mask it fills (a lying mask)."""
+    rewrite each mask it fills (a lying mask): it is called with the mask and the number of
+    tokens the matcher holds (the step whose mask it is, drafts aside).
+
+    Args:
+        held: the tokens ``inner`` holds already (a copy's).
+    """
 
     def __init__(
         self,
         inner: MaskingEngine,
         fault: Fault | None = None,
         *,
-        after_fill: Callable[[torch.Tensor], None] | None = None,
+        after_fill: Callable[[torch.Tensor, int], None] | None = None,
+        held: int = 0,
     ) -> None:
         self.inner = inner
         self.fault = fault or _no_fault()
         self.after_fill = after_fill
         self.name = inner.name
+        self.held = held
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor) -> None:
         """``inner``'s :meth:`MaskingEngine.fill_next_token_bitmask`, but for the fault."""
         self.fault.call("fill_next_token_bitmask", self.inner.fill_next_token_bitmask, bitmask)
         if self.after_fill is not None:
-            self.after_fill(bitmask)
+            self.after_fill(bitmask, self.held)
 
     def accept_token(self, token_id: int) -> bool:
         """``inner``'s :meth:`MaskingEngine.accept_token`, but for the fault."""
-        return self.fault.call("accept_token", self.inner.accept_token, token_id)
+        accepted = self.fault.call("accept_token", self.inner.accept_token, token_id)
+        self.held += accepted
+        return accepted
 
     def probe_token(self, token_id: int) -> bool:
         """``inner``'s :meth:`MaskingEngine.probe_token`, but for the fault."""
@@ -124,6 +133,7 @@ class FaultyMasking:
     def rollback(self, n: int) -> None:
         """``inner``'s :meth:`MaskingEngine.rollback`, but for the fault."""
         self.fault.call("rollback", self.inner.rollback, n)
+        self.held -= n
 
     def find_jump_forward_string(self) -> str:
         """``inner``'s :meth:`MaskingEngine.find_jump_forward_string`, but for the fault."""
@@ -140,6 +150,41 @@ class FaultyMasking:
     def active_rules(self) -> list[str]:
         """``inner``'s :meth:`MaskingEngine.active_rules`, but for the fault."""
         return self.fault.call("active_rules", self.inner.active_rules)
+
+    def fork(self) -> FaultyMasking:
+        """A copy of ``inner`` under the same fault (the checks run on copies)."""
+        copy = self.fault.call("fork", self.inner.fork)
+        return FaultyMasking(copy, self.fault, after_fill=self.after_fill, held=self.held)
+
+
+class BrokenRollback(FaultyMasking):
+    """A masking engine whose rollback is broken on purpose: ``rollback(n)`` undoes one token
+    fewer than asked (the state it leaves is the one after the first of those tokens), as a
+    rollback that corrupts its state would. Everything else, copies included, is ``inner``'s.
+
+    Args:
+        inner: the real engine.
+        broken: whether rollback is broken now (a test may mend it).
+    """
+
+    def __init__(
+        self, inner: MaskingEngine, *, broken: Callable[[], bool] = lambda: True, held: int = 0
+    ) -> None:
+        super().__init__(inner, held=held)
+        self.broken = broken
+        self.broken_rollbacks = 0
+
+    def rollback(self, n: int) -> None:
+        """``inner.rollback(n - 1)`` while broken, else ``inner.rollback(n)``."""
+        self.held -= n
+        if n and self.broken():
+            self.broken_rollbacks += 1
+            n -= 1
+        self.inner.rollback(n)
+
+    def fork(self) -> BrokenRollback:
+        """A copy of ``inner`` with the same broken rollback."""
+        return BrokenRollback(self.inner.fork(), broken=self.broken, held=self.held)
 
 
 def flip_bit(bitmask: torch.Tensor, token_id: int) -> None:

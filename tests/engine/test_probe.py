@@ -63,14 +63,12 @@ def test_every_step_of_a_run_is_probed_and_agrees(engine: Engine) -> None:
 def _flipped_at(engine: Engine, index: int, token_id: int) -> Session:
     """A nested session whose masking engine fills step ``index``'s mask with one bit of
     ``token_id`` flipped (a masking engine that lies, passed in through the constructor)."""
-    made: list[Session] = []  # the mask rewrite asks the session it is built into
 
-    def flipped(bitmask: torch.Tensor) -> None:
-        if len(made[0].steps) == index:
+    def flipped(bitmask: torch.Tensor, step: int) -> None:
+        if step == index:
             flip_bit(bitmask, token_id)
 
-    made.append(faulty_nested_session(engine, after_fill=flipped))
-    return made[0]
+    return faulty_nested_session(engine, after_fill=flipped)
 
 
 @pytest.fixture(scope="module")

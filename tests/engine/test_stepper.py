@@ -23,6 +23,7 @@ from tests.engine.toy_forward import (
     END,
     EOS,
     VOCAB,
+    ToyForward,
     ToyModel,
     toy_grammar,
     toy_session,
@@ -217,8 +218,8 @@ def test_a_refused_token_stops_with_rejected_and_going_back_continues() -> None:
     made: list[Session] = []
     lying = [True]
 
-    def let_through(bitmask: torch.Tensor) -> None:  # a mask that allows what the matcher refuses
-        if lying[0] and len(made[0].steps) == index:
+    def let_through(bitmask: torch.Tensor, step: int) -> None:  # allows what the matcher refuses
+        if lying[0] and step == index:
             flip_bit(bitmask, victim)
 
     made.append(toy_session(JSON, max_tokens=64, top_k=len(VOCAB), after_fill=let_through)[0])
@@ -257,9 +258,19 @@ def test_a_step_that_fails_anywhere_leaves_no_trace(
 ) -> None:
     undisturbed = _plain(toy_session(JSON, max_tokens=64)[0].run(index + 4))
     made: list[Session] = []
-    fault = Fault(method, when=lambda: len(made[0].steps) == index, after_real_call=after_real_call)
+    passes: list[ToyForward] = []
+
+    def when() -> bool:
+        if method == "distribution":
+            # Step k's forward pass runs during step k-1 (overlapped with its checks): fail the
+            # pass of step ``index``, which the step then raises.
+            return passes[0].forward_passes == index
+        return len(made[0].steps) == index
+
+    fault = Fault(method, when=when, after_real_call=after_real_call)
     session, forward = toy_session(JSON, max_tokens=64, fault=fault)
     made.append(session)
+    passes.append(forward)
     session.run(index)
     memory = forward.memory_bytes
     with pytest.raises(Injected):

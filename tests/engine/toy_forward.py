@@ -28,7 +28,7 @@ from app.engine.sampling import SamplingParams, choose_token
 from app.engine.session import Session
 from app.engine.tokens import Tokens
 from app.exceptions import MaskscopeError
-from tests.engine.faults import Fault, FaultyForward, FaultyMasking
+from tests.engine.faults import BrokenRollback, Fault, FaultyForward, FaultyMasking
 
 __all__ = [
     "EOS",
@@ -210,11 +210,15 @@ def toy_session(
     max_tokens: int = 32,
     top_k: int = 5,
     fault: Fault | None = None,
-    after_fill: Callable[[torch.Tensor], None] | None = None,
+    after_fill: Callable[[torch.Tensor, int], None] | None = None,
+    broken_rollback: bool = False,
+    draft_tokens: int = 0,
+    overlap: bool = True,
 ) -> tuple[Session, ToyForward]:
     """A session on the toy model under ``grammar`` (greedy unless told), and its forward
     engine; with ``fault`` or ``after_fill``, its engines are wrapped in
-    :class:`~tests.engine.faults.FaultyForward` and :class:`~tests.engine.faults.FaultyMasking`.
+    :class:`~tests.engine.faults.FaultyForward` and :class:`~tests.engine.faults.FaultyMasking`;
+    with ``broken_rollback``, its masking engine in :class:`~tests.engine.faults.BrokenRollback`.
     """
     model = model or ToyModel()
     rendered: Prompt = render_prompt(model.tokens, raw=prompt)
@@ -225,6 +229,8 @@ def toy_session(
         fault = fault or Fault("", when=lambda: False)
         masking = FaultyMasking(masking, fault, after_fill=after_fill)
         engine = FaultyForward(forward, fault)
+    if broken_rollback:
+        masking = BrokenRollback(masking)
     session = Session(
         model,
         grammar,
@@ -234,5 +240,7 @@ def toy_session(
         sampling=sampling,
         max_tokens=max_tokens,
         top_k=top_k,
+        draft_tokens=draft_tokens,
+        overlap=overlap,
     )
     return session, forward

@@ -17,7 +17,7 @@ STEP_KEYS = {
     "index", "token_id", "token_text", "token_bytes", "forced", "prob", "rank", "top",
     "blocked_mass", "allowed_count", "vocab_size", "bitmask", "depth", "path", "rules",
     "jump_forward", "probe", "mask_accept_agree", "engine", "forward_ms", "mask_us", "total_ms",
-    "terminated", "allowed_tokens", "follower",
+    "terminated", "allowed_tokens", "follower", "drafts", "rollback",
 }  # fmt: skip
 
 
@@ -181,6 +181,22 @@ def test_force_at_an_earlier_step(client: TestClient) -> None:
     )
     assert same.json()["steps"][0]["index"] == 1
     assert len(client.get(f"/api/sessions/{sid}").json()["steps"]) == 2
+
+
+def test_a_session_with_drafts_records_them_and_checks_each_rollback(client: TestClient) -> None:
+    created = client.post("/api/sessions", json=session_body(draft_tokens=3, max_tokens=16))
+    sid = created.json()["id"]
+    steps = client.post(f"/api/sessions/{sid}/step", json={"n": 16}).json()["steps"]
+    assert all(s["drafts"]["accepted"] <= s["drafts"]["proposed"] <= 3 for s in steps)
+    taken = [s for s in steps if s["drafts"]["accepted"]]
+    assert taken and all(s["rollback"]["checked"] and not s["rollback"]["differs"] for s in taken)
+    client.post(f"/api/sessions/{sid}/back", json={"n": 4})
+    again = client.post(f"/api/sessions/{sid}/step", json={"n": 1}).json()["steps"][0]
+    assert again["rollback"] == {
+        "checked": True, "differs": [], "jump_forward_differs": False, "terminated_differs": False,
+    }  # fmt: skip
+    refused = _error(client.post("/api/sessions", json=session_body(draft_tokens=17)), 422)
+    assert refused["pointer"] == "/draft_tokens"
 
 
 def test_a_finished_session_refuses_to_step(client: TestClient) -> None:

@@ -61,3 +61,8 @@ class MaskingEngine(Protocol):
     def active_rules(self) -> list[str]:
         """Names of the grammar rules active in the current state, outermost first."""
         ...
+
+    def fork(self) -> MaskingEngine:
+        """An independent copy of this matcher in its current state (xgrammar's ``fork()``,
+        llguidance's ``deep_copy()``): what one does to the copy leaves this one as it is."""
+        ...

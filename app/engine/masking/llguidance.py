@@ -9,6 +9,9 @@ after EOS, so *terminated* (a stop token accepted after a complete sentence) is 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import llguidance
 import torch
 
 from app.engine.grammar import CompileResult
@@ -22,17 +25,32 @@ class LlguidanceMasking:
 
     Args:
         grammar: the grammar compiled by :class:`app.engine.llguidance.LlguidanceCompiler`.
+        matcher: the matcher to wrap (a copy) and ``stops`` its stop flags; a fresh matcher in
+            the start state by default.
     """
 
     name = "llguidance"
 
-    def __init__(self, grammar: CompileResult) -> None:
+    def __init__(
+        self,
+        grammar: CompileResult,
+        *,
+        matcher: llguidance.LLMatcher | None = None,
+        stops: Sequence[bool] = (),
+    ) -> None:
         compiled: LlguidanceGrammar = grammar.compiled
-        self._matcher = compiled.matcher()
+        self._grammar = grammar
+        self._matcher = matcher or compiled.matcher()
         self._tokenizer = compiled.tokenizer
         self._stop_ids = compiled.stop_ids
         # One flag per accepted token: whether it was a stop token (the matcher terminated).
-        self._stops: list[bool] = []
+        self._stops: list[bool] = list(stops)
+
+    def fork(self) -> LlguidanceMasking:
+        """See :meth:`MaskingEngine.fork`: ``LLMatcher.deep_copy()``, with the stop flags."""
+        return LlguidanceMasking(
+            self._grammar, matcher=self._matcher.deep_copy(), stops=self._stops
+        )
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor) -> None:
         """See :meth:`MaskingEngine.fill_next_token_bitmask`."""

@@ -16,13 +16,21 @@ class XGrammarMasking:
 
     Args:
         grammar: the grammar compiled by xgrammar for the model's tokenizer.
+        matcher: the matcher to wrap (a fork); a fresh one in the start state by default.
     """
 
     name = "xgrammar"
 
-    def __init__(self, grammar: CompileResult) -> None:
-        self._matcher = xgr.GrammarMatcher(grammar.compiled)
+    def __init__(
+        self, grammar: CompileResult, *, matcher: xgr.GrammarMatcher | None = None
+    ) -> None:
+        self._grammar = grammar
+        self._matcher = matcher or xgr.GrammarMatcher(grammar.compiled)
         self._rule_names = grammar.rule_names
+
+    def fork(self) -> XGrammarMasking:
+        """See :meth:`MaskingEngine.fork`: ``GrammarMatcher.fork()``."""
+        return XGrammarMasking(self._grammar, matcher=self._matcher.fork())
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor) -> None:
         """See :meth:`MaskingEngine.fill_next_token_bitmask`."""

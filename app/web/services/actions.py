@@ -140,6 +140,7 @@ async def create_session(state: AppState, body: SessionIn) -> SessionHandle:
         max_tokens=body.max_tokens,
         top_k=body.top_k,
         compare=compare,
+        draft_tokens=body.draft_tokens,
     )
     request = body.model_dump(mode="json")
     request["sampling"]["seed"] = sampling.seed
