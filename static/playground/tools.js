@@ -100,6 +100,8 @@
       if (response.ok) formats = await response.json();
     } catch (error) { /* the server is away: the picker stays as the source says */ }
     sync();
+    // A builder whose library is still starting (vLLM's code) is one row named "starting".
+    if (formats.some((f) => f.name === "starting")) setTimeout(loadFormats, 3000);
   }
 
   function bindTools() {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import threading
 
 from app.engine.tools.base import BuilderName, ToolFormat, ToolsBuilder
 from app.exceptions import GrammarError
@@ -50,9 +51,14 @@ def builder(name: str) -> ToolsBuilder:
     return found
 
 
+_READY: set[str] = set()
+
+
 @functools.cache
 def _formats(name: str) -> tuple[ToolFormat, ...]:
-    return tuple(builder(name).formats())
+    found = tuple(builder(name).formats())
+    _READY.add(name)
+    return found
 
 
 def formats_of(name: str) -> tuple[ToolFormat, ...]:
@@ -64,11 +70,42 @@ def formats_of(name: str) -> tuple[ToolFormat, ...]:
     return _formats(name)
 
 
-def tool_formats() -> list[ToolFormat]:
+#: The builders whose formats are being read in the background, by name.
+_READING: dict[str, threading.Thread] = {}
+_READING_LOCK = threading.Lock()
+STARTING = "its library is starting (vLLM's code takes 10-30 s the first time): list again soon"
+
+
+def _read(name: str) -> None:
+    try:
+        formats_of(name)
+    except GrammarError:
+        pass  # listed with its reason on the next call, which reads it again from the cache
+
+
+def tool_formats(*, wait: bool = True) -> list[ToolFormat]:
     """Every builder's formats; a builder that is unavailable is one row with an empty name,
-    ``available: false`` and the reason."""
+    ``available: false`` and the reason.
+
+    Args:
+        wait: False: a builder whose formats are not read yet is read in the background and
+            listed as one row named ``starting`` saying so (vLLM's are read by starting its code),
+            so that an answer never waits for it.
+    """
     rows: list[ToolFormat] = []
     for name in BUILDER_NAMES:
+        if not wait and name not in _READY:
+            with _READING_LOCK:
+                thread = _READING.get(name)
+                if thread is None:
+                    thread = _READING[name] = threading.Thread(
+                        target=_read, args=(name,), name=f"tool-formats-{name}", daemon=True
+                    )
+                    thread.start()
+            thread.join(0.5)  # the in-process builders answer at once
+            if thread.is_alive():
+                rows.append(ToolFormat(name, "starting", False, None, False, STARTING))
+                continue
         try:
             rows.extend(formats_of(name))
         except GrammarError as error:

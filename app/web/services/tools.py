@@ -74,6 +74,7 @@ def tools_answer(result: CompileResult) -> dict[str, Any]:
 
 async def formats() -> list[dict[str, Any]]:
     """``GET /api/tool-formats``: every builder's formats, read from the installed libraries
-    (off the event loop: vLLM's are read by running its own code)."""
-    rows = await asyncio.to_thread(tool_formats)
+    (off the event loop: vLLM's are read by running its own code, in the background: until
+    they are, vLLM is one row saying it is starting)."""
+    rows = await asyncio.to_thread(tool_formats, wait=False)
     return [dataclasses.asdict(row) for row in rows]
