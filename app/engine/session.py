@@ -30,8 +30,10 @@ from app.engine.mask import (
 from app.engine.masking.base import MaskingEngine
 from app.engine.probe import probe_mask
 from app.engine.prompt import Prompt
+from app.engine.reasoning import ReasoningGate, ReasoningMode
 from app.engine.records import GrammarState, Probe, StepRecord, Validation
 from app.engine.sampling import SamplingParams
+from app.engine.segments import SegmentTracker
 from app.engine.validation import validate_output
 from app.exceptions import InvalidInput, SessionFinished, TokenRefused
 
@@ -58,6 +60,8 @@ class _Mask:
     before: GrammarState
     jump_forward: str
     mask_us: float
+    #: False while the reasoning is open (``mask_after_end``): the bitmask allows everything
+    masked: bool = True
 
 
 class Session:
@@ -78,6 +82,8 @@ class Session:
         top_k: candidates of the raw distribution recorded per step.
         follower: compare mode: a second masking engine that follows the same tokens, its
             differences recorded in each step's ``follower``.
+        reasoning: what the stack does while the model reasons (see :mod:`app.engine.reasoning`),
+            or the gate itself (a builder's end markers).
     """
 
     def __init__(
@@ -92,6 +98,7 @@ class Session:
         max_tokens: int = 256,
         top_k: int = 10,
         follower: Follower | None = None,
+        reasoning: ReasoningMode | ReasoningGate = ReasoningMode.NONE,
     ) -> None:
         if max_tokens < 1:
             raise InvalidInput(f"max_tokens must be at least 1, got {max_tokens}")
@@ -111,9 +118,21 @@ class Session:
         self.follower = follower
         self._bitmask = new_bitmask(self._tokens.vocab_size)
         self._positions = [JsonPosition()]
-        self._accepted: list[bool] = []
+        # Matcher steps taken per step (what back() rolls back): 0 or 1, more at a boundary.
+        self._accepted: list[int] = []
         self._records_bytes = 0
         self._state: GrammarState | None = None
+        self.reasoning = (
+            reasoning
+            if isinstance(reasoning, ReasoningGate)
+            else ReasoningGate.for_grammar(reasoning, grammar, prompt.text)
+        )
+        if self.reasoning.gates and follower is not None:
+            raise InvalidInput(
+                "compare mode does not follow a reasoning boundary yet: "
+                "use reasoning none or mask_everywhere with compare"
+            )
+        self._segments = SegmentTracker.for_grammar(grammar)
         # Callers may step from several threads (a web request, a stream); actions serialise.
         self._lock = threading.RLock()
 
@@ -261,11 +280,13 @@ class Session:
             )
         start = time.perf_counter()
         index = len(self.steps)
-        mask = self._fill_mask()
+        output = self._output_bytes()
+        mask = self._fill_mask(self.reasoning.open_before(output))
         words = self._bitmask[0]
         if forced is not None and not is_allowed(words, forced):
             raise self._refusal(forced, words, index)
         accepted = followed = False
+        steps = 0
         try:
             raw = self._forward.distribution()
             token = forced
@@ -275,16 +296,24 @@ class Session:
             view = mask_distribution(raw, self._bitmask, tokens=self._tokens, top_k=self.top_k)
             allowed = allowed_array(words, self._tokens.vocab_size)
             top = [t.token_id for t in view.top]
-            probe = probe_mask(self._masking, allowed, chosen=token, top=top, index=index)
+            probe = Probe(0)  # no mask applied: nothing to cross-check
+            if mask.masked:
+                probe = probe_mask(self._masking, allowed, chosen=token, top=top, index=index)
             comparison = None
             if self.follower is not None:  # in the state this step's mask was computed in
                 probs = view.probs if view.probs is not None else view.known
                 comparison = self.follower.compare(words, probs, self._masking.probe_token)
-            accepted = self._masking.accept_token(token)
+            steps = self._accept(token, output, mask.masked)
+            accepted = steps >= 0
             position = self._positions[-1]
-            if accepted and self.grammar.spec.is_json:
+            if mask.masked and accepted and self.grammar.spec.is_json:
                 position = advance(position, self._tokens.output_bytes(token))
             record = self._record(index, token, forced is not None, mask, raw, view, probe, start)
+            if self._segments is not None:  # a tag: where in it, read from the text so far
+                where = self._segments.at(output, self.reasoning)
+                record = dataclasses.replace(
+                    record, segment=where.segment, depth=where.depth, path=where.path
+                )
             if self.follower is not None:
                 compared = self.follower.follow(record, comparison)
                 followed = True
@@ -293,27 +322,55 @@ class Session:
             self._forward.extend(token)
         except BaseException:
             # A step is a transaction: undo what the engines did, whatever failed.
-            if accepted:
-                self._masking.rollback(1)
+            if steps > 0:
+                self._masking.rollback(steps)
             if followed and self.follower is not None:
                 self.follower.undo()
             self._forward.truncate(index)
             raise
         self.steps.append(record)
         self._records_bytes += record.nbytes()
-        self._accepted.append(accepted)
+        self._accepted.append(max(steps, 0))
         self._positions.append(position)
         self.stop_reason = stop_reason
         self._state = None
         return record
 
-    def _fill_mask(self) -> _Mask:
-        """Fill the bitmask for the current state; nothing changes."""
+    def _fill_mask(self, reasoning: bool = False) -> _Mask:
+        """Fill the bitmask for the current state; nothing changes. While the reasoning is open
+        (``mask_after_end``) no mask applies: every bit is set and no state is claimed."""
+        if reasoning:
+            self._bitmask.fill_(-1)
+            return _Mask(GrammarState(0, "", ()), "", 0.0, masked=False)
         before = self.state
         jump_forward = self._masking.find_jump_forward_string()
         mask_start = time.perf_counter()
         self._masking.fill_next_token_bitmask(self._bitmask)
         return _Mask(before, jump_forward, (time.perf_counter() - mask_start) * 1e6)
+
+    def _output_bytes(self) -> bytes:
+        """The generated bytes as the reasoning boundary reads them (markers may be special
+        tokens: their bytes count; a stop token's do not)."""
+        if not self.reasoning.gates and self._segments is None:
+            return b""
+        stops = self._tokens.stop_ids
+        return b"".join(
+            self._tokens.token_bytes[s.token_id] for s in self.steps if s.token_id not in stops
+        )
+
+    def _accept(self, token: int, output: bytes, masked: bool) -> int:
+        """Feed the step's token to the matcher: the matcher steps taken, -1 when refused.
+
+        An unmasked step feeds nothing, unless its token ends the reasoning: then the content
+        after the boundary (see :mod:`app.engine.reasoning`), refused like any token.
+        """
+        if masked:
+            return 1 if self._masking.accept_token(token) else -1
+        data = b"" if token in self._tokens.stop_ids else self._tokens.token_bytes[token]
+        fed = self.reasoning.fed_after(output, data)
+        if not fed:
+            return 0
+        return self._masking.accept_bytes(fed) or -1
 
     def _record(
         self,
@@ -350,6 +407,7 @@ class Session:
             mask_us=mask.mask_us,
             total_ms=(time.perf_counter() - start) * 1000,
             terminated=self._masking.is_terminated(),
+            masked=mask.masked,
             # A remote engine's record states which figures are bounds; a local one's are exact.
             inexact=_inexact(token, view) if view.reports_bounds else None,
             blocked_mass_max=view.blocked_mass_max if view.reports_bounds else None,
