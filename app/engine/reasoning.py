@@ -247,7 +247,12 @@ class ReasoningGate:
 
     def content(self, output: bytes) -> bytes | None:
         """What the grammar reads of ``output``: the skeleton and the content after the
-        boundary; None while the reasoning is open (nothing)."""
+        boundary; None while the reasoning is open (nothing). Without ``mask_after_end``, all
+        of it; when the prompt closed the reasoning, the skeleton and all of it."""
+        if self.mode is not ReasoningMode.MASK_AFTER_END:
+            return output
+        if self.closed_in_prompt:
+            return self.skeleton + output
         found = self.boundary(output)
         if found is None:
             return None

@@ -133,6 +133,9 @@ class Session:
                 "use reasoning none or mask_everywhere with compare"
             )
         self._segments = SegmentTracker.for_grammar(grammar)
+        if self.reasoning.closed_in_prompt and self.reasoning.skeleton:
+            # The template closed the reasoning: the tag's own block is passed, empty, once.
+            masking.accept_bytes(self.reasoning.skeleton)
         # Callers may step from several threads (a web request, a stream); actions serialise.
         self._lock = threading.RLock()
 
