@@ -297,6 +297,8 @@ class _Walker:
         tags = list(fmt.get("tags") or [])
         text = Segment("text")
         start = pos
+        if fmt.get("at_least_one"):  # xgrammar: the first tag comes at once, forced
+            start = self.choose(tags, pos, seg)
         while True:
             found = [(at, t) for t in triggers if (at := self.text.find(t, start)) >= 0]
             halts = [at for at in (self.text.find(s, start) for s in stops if s) if at >= 0]

@@ -31,8 +31,8 @@ VLLM_PYTHON = Path("/work/main/.venv-vllm/bin/python")
 
 def qwen_tag(reasoning: str) -> str:
     """xgrammar's own Qwen 3 tag for one tool."""
-    tag = xgr.get_model_structural_tag("qwen_3", tools=TOOLS, reasoning=reasoning)  # type: ignore[arg-type]
-    return tag.model_dump_json()
+    tag = xgr.get_model_structural_tag("qwen_3", tools=TOOLS, reasoning=reasoning)
+    return str(tag.model_dump_json())
 
 
 def spec(source: str) -> GrammarSpec:
