@@ -53,7 +53,7 @@ def test_json_arguments_reasoning_and_paths() -> None:
     for offset, (kind, tool, parameter, path) in enumerate(kinds(tag, text)):
         assert parameter is None
         if offset < think_end:
-            expected = ("reasoning", None, "")
+            expected: tuple[str, str | None, str] = ("reasoning", None, "")
         elif offset < trigger_end or offset >= tag_end:
             expected = ("text", None, "")
         elif name <= offset < name + len("get_weather"):
