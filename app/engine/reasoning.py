@@ -37,21 +37,33 @@ import functools
 import json
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from app.engine.grammar import CompileResult, GrammarKind
 from app.exceptions import InvalidInput
 
 __all__ = [
+    "REASONING_HELP",
     "Boundary",
     "EndMarker",
     "ReasoningGate",
     "ReasoningMode",
+    "ReasoningName",
     "end_markers",
     "leading_reasoning",
     "reasoning_end",
     "tag_of",
 ]
+
+
+ReasoningName = Literal["none", "mask_after_end", "mask_everywhere"]
+
+#: The request field's description (OpenAPI, the CLI).
+REASONING_HELP = (
+    "what the serving stack does while the model reasons: none (the grammar from token 0, as "
+    "built), mask_after_end (no mask until the reasoning's end marker: vLLM's default with a "
+    "reasoning parser), mask_everywhere (the grammar from token 0: vLLM's enable_in_reasoning)"
+)
 
 
 class ReasoningMode(StrEnum):

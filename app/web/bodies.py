@@ -33,6 +33,7 @@ from app.engine import (
     presets,
     with_schema,
 )
+from app.engine.reasoning import REASONING_HELP, ReasoningName
 from app.exceptions import InvalidInput, TooLarge
 from app.schematests import Expect, SchemaTest
 from app.settings import LOCAL_MODEL_ID, Settings
@@ -188,6 +189,7 @@ class SessionIn(_Strict):
     top_k: int = Field(default=10, ge=1, le=MAX_TOP_K)
     model: ModelId = LOCAL_MODEL_ID
     compare: Compare = None
+    reasoning: ReasoningName = Field(default="none", description=REASONING_HELP)
 
     def prompt_bytes(self) -> int:
         """The size of the prompt as sent: every message and the raw prompt, in UTF-8."""
@@ -312,6 +314,7 @@ class ReplayIn(_Strict):
         description="token indices whose packed bitmask the answer includes",
     )
     compare: Compare = None
+    reasoning: ReasoningName = Field(default="none", description=REASONING_HELP)
 
     @model_validator(mode="after")
     def _one_input(self) -> ReplayIn:

@@ -116,6 +116,7 @@ def form_session_request(form: FormData) -> SessionIn:
         "schema_in_prompt": form.get("schema_in_prompt") == "on",
         "compare": _compare(form),
         "model": _model(form),
+        "reasoning": form.get("reasoning") or "none",
     }
     if form.get("prompt_mode") == "raw":
         body["raw_prompt"] = form.get("raw_prompt") or ""
@@ -148,6 +149,7 @@ def replay_request(form: FormData) -> ReplayIn:
             "model": _model(form),
             "text": form.get("text") or "",
             "compare": _compare(form),
+            "reasoning": form.get("reasoning") or "none",
         },
     )
 
