@@ -422,22 +422,35 @@ def _header(content: Any) -> tuple[list[str], dict[str, Any] | None]:
     return [], None
 
 
+_JSON_MARK = re.compile(r'["\\{}\[\]]')
+
+
 def _json_value(text: str, pos: int) -> tuple[int | None, JsonPosition]:
-    """Where the JSON value starting at ``pos`` (after whitespace) ends, or None when the text
-    ends first (with the JSON position there)."""
-    position = JsonPosition()
-    started = False
+    """Where the JSON object or array starting at ``pos`` (after whitespace) ends, or None when
+    the text ends first (with the JSON position there). Strings are skipped with a regex: the
+    walk runs at every step, over arguments that may be kilobytes long."""
     index = pos
-    while index < len(text):
-        char = text[index]
-        if not started and char.isspace():
-            index += 1
-            continue
-        if started and not position.frames and not position.in_string:
-            return index, position
-        position = advance(position, char.encode())
-        started = True
+    while index < len(text) and text[index].isspace():
         index += 1
-        if not position.frames and not position.in_string and char in "}]":
-            return index, position
-    return None, position
+    if index < len(text) and text[index] in "{[":
+        depth, in_string = 0, False
+        while (mark := _JSON_MARK.search(text, index)) is not None:
+            char, index = mark.group(), mark.end()
+            if in_string:
+                if char == "\\":
+                    index += 1
+                elif char == '"':
+                    in_string = False
+            elif char == '"':
+                in_string = True
+            elif char in "{[":
+                depth += 1
+            elif char in "}]":
+                depth -= 1
+                if depth == 0:
+                    return index, JsonPosition()
+    elif index < len(text):  # a scalar: as far as a JSON scanner can tell, up to a delimiter
+        end = re.compile(r'"(?:[^"\\]|\\.)*"|[^\s,}\]]*').match(text, index)
+        if end is not None and end.end() < len(text):
+            return end.end(), JsonPosition()
+    return None, advance(JsonPosition(), text[pos:].encode())
