@@ -16,6 +16,7 @@ from app.engine.llguidance import LlguidanceCompiler
 from app.engine.masking import new_masking
 from app.engine.model import LoadedModel, load_model
 from app.engine.prompt import ChatMessage, render_prompt
+from app.engine.reasoning import ReasoningGate, ReasoningMode
 from app.engine.records import ReplayResult
 from app.engine.replay import replay, verdict
 from app.engine.sampling import SamplingParams
@@ -102,6 +103,7 @@ class Engine(Generic[M]):
         top_k: int | None = None,
         compare: MaskingLibrary | None = None,
         draft_tokens: int = 0,
+        reasoning: ReasoningMode | ReasoningGate = ReasoningMode.NONE,
     ) -> Session:
         """Compile ``grammar`` (unless already compiled), render the prompt and open a session;
         with ``compare``, that library follows the same tokens (see :meth:`follower`); with
@@ -132,6 +134,7 @@ class Engine(Generic[M]):
             top_k=top_k or self.settings.top_k,
             follower=self.follower(compiled, compare),
             draft_tokens=draft_tokens,
+            reasoning=reasoning,
         )
 
     def replay(
@@ -142,12 +145,13 @@ class Engine(Generic[M]):
         token_ids: Sequence[int] | None = None,
         bitmask_for: Collection[int] = (),
         compare: MaskingLibrary | None = None,
+        reasoning: ReasoningMode = ReasoningMode.NONE,
     ) -> ReplayResult:
         """Walk ``text`` or ``token_ids`` through the grammar (compiled unless it is); no model.
 
         At most ``settings.replay_token_cap`` tokens; bitmasks only for ``bitmask_for``. With
         ``compare``, that library walks the same tokens too and its verdict is the result's
-        ``follower``.
+        ``follower``. ``reasoning`` gates the mask as a session's does.
 
         Raises:
             ReplayTooLong: more tokens than the cap.
@@ -160,11 +164,14 @@ class Engine(Generic[M]):
             token_ids=token_ids,
             bitmask_for=bitmask_for,
             max_tokens=self.settings.replay_token_cap,
+            reasoning=reasoning,
         )
         if compare is None:
             return result
         other = self._compare(compiled, compare)
-        verdict = replay(other, self.model.tokens, text=text, token_ids=token_ids)
+        verdict = replay(
+            other, self.model.tokens, text=text, token_ids=token_ids, reasoning=reasoning
+        )
         return dataclasses.replace(result, follower=verdict.verdict(compare.value))
 
     def _compare(self, grammar: CompileResult, compare: MaskingLibrary) -> CompileResult:

@@ -29,6 +29,7 @@ __all__ = [
     "ReplayResult",
     "ReplayToken",
     "ReplayVerdict",
+    "Segment",
     "StepRecord",
     "TIMING_FIELDS",
     "VOLATILE_FIELDS",
@@ -212,6 +213,28 @@ class FollowerRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Segment:
+    """Which part of a structural tag's output a position is in, read from the text so far.
+
+    Attributes:
+        kind: ``text`` (free text), ``reasoning``, ``tag_begin``, ``tool_name``, ``arguments``
+            or ``tag_end``.
+        tag: the begin string of the tag being written (None outside a tag).
+        tool: the function being called (None when not known yet, or outside a call).
+        parameter: for the XML-like argument styles, the parameter being written.
+    """
+
+    kind: str
+    tag: str | None = None
+    tool: str | None = None
+    parameter: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
 class StepRecord:
     """Everything known about one generation step; see ``shared/API.md`` for each field.
 
@@ -249,10 +272,13 @@ class StepRecord:
     follower: FollowerRecord | None = None
     drafts: DraftsRecord | None = None
     rollback: RollbackRecord | None = None
+    masked: bool = True
+    segment: Segment | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: bytes as base64, tuples as lists; the remote-only fields when set."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["segment"] = self.segment.to_dict() if self.segment else None
         if self.inexact is None:
             del out["inexact"], out["blocked_mass_max"]
         else:
@@ -295,10 +321,13 @@ class ReplayToken:
     path: str
     rules: tuple[str, ...]
     bitmask: bytes | None = None
+    masked: bool = True
+    segment: Segment | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form; ``bitmask`` only when kept."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["segment"] = self.segment.to_dict() if self.segment else None
         if self.bitmask is None:
             del out["bitmask"]
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Sequence
 
 import torch
@@ -10,8 +11,10 @@ from app.engine.grammar import CompileResult
 from app.engine.jsonpath import JsonPosition, advance
 from app.engine.mask import allowed_vector, bitmask_bytes, count_allowed, new_bitmask
 from app.engine.masking import MaskingEngine, new_masking
+from app.engine.reasoning import ReasoningGate, ReasoningMode
 from app.engine.records import Rejection, ReplayResult, ReplayToken
 from app.engine.refusal import explain_refusal
+from app.engine.segments import SegmentTracker, Where
 from app.engine.tokens import Tokens
 from app.exceptions import InvalidInput, ReplayTooLong
 
@@ -76,6 +79,50 @@ def _rejection(
     )
 
 
+def _unmasked(
+    tokens: Tokens, token_id: int, accepted: bool, where: Where | None, keep: bool
+) -> ReplayToken:
+    """A token taken while the reasoning was open: no mask applied, no state claimed."""
+    return ReplayToken(
+        token_id=token_id,
+        text=tokens.text(token_id),
+        accepted=accepted,
+        allowed_count=tokens.vocab_size,
+        depth=0,
+        path="",
+        rules=(),
+        bitmask=bitmask_bytes(new_bitmask(tokens.vocab_size)[0]) if keep else None,
+        masked=False,
+        segment=where.segment if where else None,
+    )
+
+
+def _boundary_rejection(
+    masking: MaskingEngine,
+    tokens: Tokens,
+    gate: ReasoningGate,
+    token_id: int,
+    index: int,
+    whole: bytes,
+    fed: bytes,
+) -> Rejection:
+    """Where the grammar refused what the reasoning's end fed it (``fed``), inside ``token_id``
+    (``whole``: the output through it)."""
+    bitmask = new_bitmask(tokens.vocab_size)
+    masking.fill_next_token_bitmask(bitmask)
+    prefix = next((n for n in range(len(fed) - 1, 0, -1) if masking.accepts_bytes(fed[:n])), 0)
+    boundary = gate.boundary(whole)
+    start = boundary.content_from if boundary else 0
+    refused_at = whole[: start + max(0, prefix - len(gate.skeleton))]
+    allowed = allowed_vector(bitmask[0], tokens.vocab_size).nonzero().flatten().tolist()
+    return Rejection(
+        offset=len(refused_at.decode("utf-8", errors="ignore")),
+        token_index=index,
+        token_text=tokens.text(token_id),
+        expected=tuple(tokens.shortest_texts(allowed, _EXPECTED_SAMPLE)),
+    )
+
+
 def verdict(
     grammar: CompileResult, tokens: Tokens, *, text: str, max_tokens: int | None = None
 ) -> ReplayResult:
@@ -108,6 +155,7 @@ def replay(
     token_ids: Sequence[int] | None = None,
     bitmask_for: Collection[int] = (),
     max_tokens: int | None = None,
+    reasoning: ReasoningMode | ReasoningGate = ReasoningMode.NONE,
 ) -> ReplayResult:
     """Feed ``text`` (tokenized as the model would), ``token_ids``, or both (the text's tokens
     first: a pasted output, then a logged batch) to a fresh matcher.
@@ -121,6 +169,8 @@ def replay(
         bitmask_for: the token indices whose packed bitmask is kept in the result (the others
             keep only their allowed count); indices past the tokens walked are ignored.
         max_tokens: the most tokens walked; a longer input is refused before any is walked.
+        reasoning: gates the mask as a session does (``mask_after_end``: the tokens before the
+            end marker are ``masked: false``, not fed; the content after it is).
 
     Raises:
         InvalidInput: neither text nor token_ids, or an id outside the vocabulary (its
@@ -134,7 +184,30 @@ def replay(
     position = JsonPosition()
     consumed = b""
     walked: list[ReplayToken] = []
+    gate = (
+        reasoning
+        if isinstance(reasoning, ReasoningGate)
+        else ReasoningGate.for_grammar(reasoning, grammar)
+    )
+    segments = SegmentTracker.for_grammar(grammar)
+    seen = b""  # the bytes the reasoning boundary reads (special tokens' included)
     for index, token_id in enumerate(ids):
+        data = b"" if token_id in tokens.stop_ids else tokens.token_bytes[token_id]
+        where = segments.at(seen, gate) if segments is not None else None
+        if gate.open_before(seen):
+            fed = gate.fed_after(seen, data)
+            accepted = not fed or masking.accept_bytes(fed) > 0
+            walked.append(_unmasked(tokens, token_id, accepted, where, index in keep))
+            if not accepted:
+                assert fed is not None
+                rejection = _boundary_rejection(
+                    masking, tokens, gate, token_id, index, seen + data, fed
+                )
+                return ReplayResult(False, False, tuple(walked), rejection)
+            consumed += tokens.output_bytes(token_id)
+            seen += data
+            continue
+        seen += data
         before, rules = position, tuple(masking.active_rules())
         masking.fill_next_token_bitmask(bitmask)
         words = bitmask[0]
@@ -151,8 +224,11 @@ def replay(
                 path=before.path if grammar.spec.is_json else "",
                 rules=rules,
                 bitmask=bitmask_bytes(words) if index in keep else None,
+                segment=where.segment if where else None,
             )
         )
+        if where is not None:  # a tag: the JSON position inside its arguments
+            walked[-1] = dataclasses.replace(walked[-1], depth=where.depth, path=where.path)
         if not accepted:
             rejection = _rejection(masking, tokens, words, token_id, index, consumed)
             refusal = explain_refusal(

@@ -36,6 +36,7 @@ from app.engine.mask import (
 from app.engine.masking.base import MaskingEngine
 from app.engine.probe import probe_mask
 from app.engine.prompt import Prompt
+from app.engine.reasoning import ReasoningGate, ReasoningMode
 from app.engine.records import (
     DraftsRecord,
     FollowerRecord,
@@ -53,6 +54,7 @@ from app.engine.rollback_check import (
     reference_of_record,
 )
 from app.engine.sampling import SamplingParams
+from app.engine.segments import SegmentTracker
 from app.engine.step_pipeline import ForwardOutcome, PendingForward, Prepared
 from app.engine.validation import validate_output
 from app.exceptions import InvalidInput, SessionFinished, TokenRefused
@@ -95,6 +97,8 @@ class Session:
             :mod:`app.engine.drafts`), recorded in its ``drafts``.
         overlap: run each step's checks during the next step's forward pass (on a worker
             thread); False runs everything on the caller's thread, one after the other.
+        reasoning: what the stack does while the model reasons (see :mod:`app.engine.reasoning`),
+            or the gate itself (a builder's end markers).
     """
 
     def __init__(
@@ -111,6 +115,7 @@ class Session:
         follower: Follower | None = None,
         draft_tokens: int = 0,
         overlap: bool = True,
+        reasoning: ReasoningMode | ReasoningGate = ReasoningMode.NONE,
     ) -> None:
         if max_tokens < 1:
             raise InvalidInput(f"max_tokens must be at least 1, got {max_tokens}")
@@ -133,9 +138,24 @@ class Session:
         self._forward = forward
         self.follower = follower
         self._positions = [JsonPosition()]
-        self._accepted: list[bool] = []
+        # Matcher steps taken per step (what back() rolls back): 0 or 1, more at a boundary.
+        self._accepted: list[int] = []
         self._records_bytes = 0
         self._state: GrammarState | None = None
+        self.reasoning = (
+            reasoning
+            if isinstance(reasoning, ReasoningGate)
+            else ReasoningGate.for_grammar(reasoning, grammar, prompt.text)
+        )
+        if self.reasoning.gates and follower is not None:
+            raise InvalidInput(
+                "compare mode does not follow a reasoning boundary yet: "
+                "use reasoning none or mask_everywhere with compare"
+            )
+        self._segments = SegmentTracker.for_grammar(grammar)
+        if self.reasoning.closed_in_prompt and self.reasoning.skeleton:
+            # The template closed the reasoning: the tag's own block is passed, empty, once.
+            masking.accept_bytes(self.reasoning.skeleton)
         # The next step, prepared during the last one (its mask, and its forward pass run).
         self._ahead: Prepared | None = None
         # Copies of the matcher in the states of the last CHECKPOINTS steps, by step index.
@@ -315,6 +335,7 @@ class Session:
             self._ahead = ahead
             raise self._refusal(forced, words, index)
         accepted = followed = False
+        steps = 0
         following: PendingForward | None = None
         try:
             raw = ahead.outcome.result()
@@ -322,19 +343,21 @@ class Session:
             if token is None:
                 token = self._forward.choose(raw, ahead.bitmask, self.sampling, index=index)
             raw = self._forward.with_token(raw, token)
-            accepted = self._masking.accept_token(token)
+            steps = self._accept(token, ahead)
+            accepted = steps >= 0
             terminated = self._masking.is_terminated()
             stop_reason = self._stop_reason(index, token, accepted, terminated)
             self._forward.extend(token)
             position = self._positions[-1]
-            if accepted and self.grammar.spec.is_json:
+            if ahead.masked and accepted and self.grammar.spec.is_json:
                 position = advance(position, self._tokens.output_bytes(token))
             nxt = None
             if stop_reason is None and self.overlap:
                 # The next forward pass runs while this thread prepares the next mask and
                 # checks this step.
                 following = PendingForward(self._forward, overlap=True)
-                nxt = self._prepare(index + 1, position=position)
+                output = ahead.output + self._reasoning_bytes(token)
+                nxt = self._prepare(index + 1, position=position, output=output)
             record = self._checked(ahead, token, forced is not None, raw, terminated)
             if self.follower is not None:
                 compared = self.follower.follow(record, record.follower)
@@ -349,8 +372,8 @@ class Session:
             # A step is a transaction: undo what the engines did, whatever failed.
             if following is not None:
                 following.wait()
-            if accepted:
-                self._masking.rollback(1)
+            if steps > 0:
+                self._masking.rollback(steps)
             if followed and self.follower is not None:
                 self.follower.undo()
             self._forward.truncate(index)
@@ -362,19 +385,42 @@ class Session:
         record = dataclasses.replace(record, total_ms=raw.forward_ms + max(idle, 0.0) * 1000)
         self.steps.append(record)
         self._records_bytes += nbytes
-        self._accepted.append(accepted)
+        self._accepted.append(max(steps, 0))
         self._positions.append(position)
         self.stop_reason = stop_reason
         self._state = None
         self._ahead = nxt
         return record
 
-    def _prepare(self, index: int, *, position: JsonPosition | None = None) -> Prepared:
+    def _prepare(
+        self, index: int, *, position: JsonPosition | None = None, output: bytes | None = None
+    ) -> Prepared:
         """Step ``index``'s mask, state and drafts, and the check of a rollback before it.
 
-        The matcher is in the step's state (it has taken the previous token); ``position`` is the
-        JSON position there when the previous step is not recorded yet.
+        The matcher is in the step's state (it has taken the previous token); ``position`` and
+        ``output`` (the generated bytes) are those there when the previous step is not recorded
+        yet. While the reasoning is open (``mask_after_end``) no mask applies: every bit is set,
+        no state is claimed, and neither drafts nor a rollback are checked.
         """
+        if output is None:
+            output = self._output_bytes()
+        if self.reasoning.open_before(output):
+            if self._rolled_back_to == index:
+                self._rolled_back_to, self._rollback_reference = None, None
+            bitmask = new_bitmask(self._tokens.vocab_size)
+            bitmask.fill_(-1)
+            return Prepared(
+                index=index,
+                bitmask=bitmask,
+                before=GrammarState(0, "", ()),
+                jump_forward="",
+                mask_us=0.0,
+                checkpoint=self._checkpoints.get(index) or self._masking.fork(),
+                drafts=None,
+                rollback=None,
+                masked=False,
+                output=output,
+            )
         checkpoint = self._checkpoints.get(index)
         reference = None
         if self._rolled_back_to == index:  # the first step after a back: check the rollback
@@ -420,6 +466,7 @@ class Session:
             checkpoint=checkpoint,
             drafts=drafts,
             rollback=rollback,
+            output=output,
         )
 
     def _checked(
@@ -431,14 +478,21 @@ class Session:
         words = ahead.bitmask[0]
         allowed = allowed_array(words, self._tokens.vocab_size)
         top = [t.token_id for t in view.top]
-        # On a copy: the checkpoint is never advanced, so a broken rollback cannot reach it.
-        copy = ahead.checkpoint.fork()
-        probe = probe_mask(copy, allowed, chosen=token, top=top, index=ahead.index)
-        comparison = None
-        if self.follower is not None:  # in the state this step's mask was computed in
-            probs = view.probs if view.probs is not None else view.known
-            comparison = self.follower.compare(words, probs, copy.probe_token)
-        return self._record(ahead, token, forced, raw, view, probe, terminated, comparison)
+        probe, comparison = Probe(0), None  # no mask applied: nothing to cross-check
+        if ahead.masked:
+            # On a copy: the checkpoint is never advanced, so a broken rollback cannot reach it.
+            copy = ahead.checkpoint.fork()
+            probe = probe_mask(copy, allowed, chosen=token, top=top, index=ahead.index)
+            if self.follower is not None:  # in the state this step's mask was computed in
+                probs = view.probs if view.probs is not None else view.known
+                comparison = self.follower.compare(words, probs, copy.probe_token)
+        record = self._record(ahead, token, forced, raw, view, probe, terminated, comparison)
+        if self._segments is not None:  # a tag: where in it, read from the text so far
+            where = self._segments.at(ahead.output, self.reasoning)
+            record = dataclasses.replace(
+                record, segment=where.segment, depth=where.depth, path=where.path
+            )
+        return record
 
     def _state_at(self, position: JsonPosition) -> GrammarState:
         is_json = self.grammar.spec.is_json
@@ -447,6 +501,32 @@ class Session:
             path=position.path if is_json else "",
             rules=tuple(self._masking.active_rules()),
         )
+
+    def _output_bytes(self) -> bytes:
+        """The generated bytes as the reasoning boundary reads them (markers may be special
+        tokens: their bytes count; a stop token's do not)."""
+        if not self.reasoning.gates and self._segments is None:
+            return b""
+        return b"".join(self._reasoning_bytes(s.token_id) for s in self.steps)
+
+    def _reasoning_bytes(self, token: int) -> bytes:
+        if not self.reasoning.gates and self._segments is None:
+            return b""
+        return b"" if token in self._tokens.stop_ids else self._tokens.token_bytes[token]
+
+    def _accept(self, token: int, ahead: Prepared) -> int:
+        """Feed the step's token to the matcher: the matcher steps taken, -1 when refused.
+
+        An unmasked step feeds nothing, unless its token ends the reasoning: then the content
+        after the boundary (see :mod:`app.engine.reasoning`), refused like any token.
+        """
+        if ahead.masked:
+            return 1 if self._masking.accept_token(token) else -1
+        data = b"" if token in self._tokens.stop_ids else self._tokens.token_bytes[token]
+        fed = self.reasoning.fed_after(ahead.output, data)
+        if not fed:
+            return 0
+        return self._masking.accept_bytes(fed) or -1
 
     def _context(self) -> list[int]:
         """The prompt's ids and the tokens taken so far: what drafts are looked up in."""
@@ -499,6 +579,7 @@ class Session:
             follower=follower,
             drafts=ahead.drafts,
             rollback=ahead.rollback,
+            masked=ahead.masked,
         )
 
     def _stop_reason(

@@ -35,6 +35,7 @@ from app.engine import (
     presets,
     with_schema,
 )
+from app.engine.reasoning import REASONING_HELP, ReasoningName
 from app.engine.vllm_log import parse_log_line
 from app.exceptions import InvalidInput, TooLarge
 from app.schematests import Expect, SchemaTest
@@ -196,6 +197,7 @@ class SessionIn(_Strict):
     model: ModelId = LOCAL_MODEL_ID
     compare: Compare = None
     draft_tokens: int = Field(default=0, ge=0, le=MAX_DRAFT_TOKENS)
+    reasoning: ReasoningName = Field(default="none", description=REASONING_HELP)
 
     def prompt_bytes(self) -> int:
         """The size of the prompt as sent: every message and the raw prompt, in UTF-8."""
@@ -317,6 +319,7 @@ class ReplayIn(_Strict):
         default_factory=list, max_length=64, description="the token indices whose bitmask is kept"
     )
     compare: Compare = None
+    reasoning: ReasoningName = Field(default="none", description=REASONING_HELP)
 
     @model_validator(mode="after")
     def _some_input(self) -> ReplayIn:

@@ -118,6 +118,7 @@ def form_session_request(form: FormData) -> SessionIn:
         "schema_in_prompt": form.get("schema_in_prompt") == "on",
         "compare": _compare(form),
         "model": _model(form),
+        "reasoning": form.get("reasoning") or "none",
     }
     if form.get("prompt_mode") == "raw":
         body["raw_prompt"] = form.get("raw_prompt") or ""
@@ -172,6 +173,7 @@ def replay_request(form: FormData) -> ReplayIn:
             "token_ids": token_ids(str(form.get("token_ids") or "")),
             "log": log or None,
             "compare": _compare(form),
+            "reasoning": form.get("reasoning") or "none",
         },
     )
 

@@ -1,4 +1,6 @@
-// The timeline under the output: depth, allowed tokens (log) and probability removed per step.
+// The timeline under the output: depth, allowed tokens (log) and probability removed per step;
+// for a structural tag, its segments as bands behind them, and the unmasked steps (the
+// reasoning, under mask_after_end) as a slate strip along the top.
 (() => {
   "use strict";
   const { $, $$, ui } = MS;
@@ -22,6 +24,7 @@
                                      blocked: Number(c.dataset.blocked), vocab: Number(c.dataset.vocab),
                                      disagree: c.dataset.agree === "false",
                                      rollback: c.dataset.rollback === "differs" }));
+    drawSegments(ctx, chips, w, height, canvas);
     const maxDepth = Math.max(1, ...data.map((d) => d.depth));
     const logVocab = Math.log10(data[0].vocab || 49152);
     ctx.fillStyle = "rgba(225, 29, 72, 0.45)";
@@ -44,6 +47,41 @@
       const index = Math.floor(((event.clientX - rect.left) / rect.width) * n);
       if (index >= 0 && index < data.length) MS.select(index);
     };
+  }
+
+  const BANDS = {
+    reasoning: "rgba(148, 163, 184, 0.28)", tag_begin: "rgba(245, 158, 11, 0.25)",
+    tool_name: "rgba(234, 88, 12, 0.32)", arguments: "rgba(16, 185, 129, 0.2)",
+    tag_end: "rgba(245, 158, 11, 0.25)",
+  };
+  const UNMASKED = "rgb(71, 85, 105)";
+
+  // Runs of equal segments become bands; the runs are also written on the canvas
+  // (data-segments "kind:first-last,...", data-unmasked the count) for tests and tools.
+  function drawSegments(ctx, chips, w, height, canvas) {
+    const runs = [];
+    chips.forEach((c, i) => {
+      const kind = c.dataset.segment || "";
+      const last = runs[runs.length - 1];
+      if (last && last.kind === kind) last.end = i; else runs.push({ kind, start: i, end: i });
+    });
+    runs.forEach((r) => {
+      if (!BANDS[r.kind]) return;
+      ctx.fillStyle = BANDS[r.kind];
+      ctx.fillRect(r.start * w, 0, (r.end - r.start + 1) * w, height);
+    });
+    ctx.fillStyle = UNMASKED;
+    let unmasked = 0;
+    chips.forEach((c, i) => {
+      if (c.dataset.masked !== "false") return;
+      unmasked += 1;
+      ctx.fillRect(i * w, 3, Math.max(w - 0.5, 1), 5);
+    });
+    const tagged = runs.filter((r) => r.kind);
+    canvas.dataset.segments = tagged.map((r) => `${r.kind}:${r.start}-${r.end}`).join(",");
+    canvas.dataset.unmasked = String(unmasked);
+    const legend = document.querySelector(".timeline-legend .segments");
+    if (legend) legend.hidden = !tagged.length && !unmasked;
   }
 
   function line(ctx, data, w, color, width, y) {

@@ -130,6 +130,10 @@ class FaultyMasking:
         """``inner``'s :meth:`MaskingEngine.accepts_bytes`, but for the fault."""
         return self.fault.call("accepts_bytes", self.inner.accepts_bytes, data)
 
+    def accept_bytes(self, data: bytes) -> int:
+        """``inner``'s :meth:`MaskingEngine.accept_bytes`, but for the fault."""
+        return self.fault.call("accept_bytes", self.inner.accept_bytes, data)
+
     def rollback(self, n: int) -> None:
         """``inner``'s :meth:`MaskingEngine.rollback`, but for the fault."""
         self.fault.call("rollback", self.inner.rollback, n)

@@ -17,7 +17,7 @@ STEP_KEYS = {
     "index", "token_id", "token_text", "token_bytes", "forced", "prob", "rank", "top",
     "blocked_mass", "allowed_count", "vocab_size", "bitmask", "depth", "path", "rules",
     "jump_forward", "probe", "mask_accept_agree", "engine", "forward_ms", "mask_us", "total_ms",
-    "terminated", "allowed_tokens", "follower", "drafts", "rollback",
+    "terminated", "allowed_tokens", "follower", "drafts", "rollback", "masked", "segment",
 }  # fmt: skip
 
 
@@ -255,7 +255,8 @@ def test_replay(client: TestClient) -> None:
     bad = client.post("/api/replay", json=body).json()
     assert bad["accepted"] is False and bad["rejection"]["offset"] == 9
     assert set(bad["tokens"][0]) == {
-        "token_id", "text", "accepted", "allowed_count", "depth", "path", "rules",
+        "token_id", "text", "accepted", "allowed_count", "depth", "path", "rules", "masked",
+        "segment",
     }  # fmt: skip
     assert set(bad["tokens"][1]) == set(bad["tokens"][0]) | {"bitmask"}
     _error(client.post("/api/replay", json={**body, "bitmask_for": list(range(65))}), 422)

@@ -42,6 +42,12 @@ class MaskingEngine(Protocol):
         """Whether the grammar takes the raw bytes ``data`` here; the state is unchanged."""
         ...
 
+    def accept_bytes(self, data: bytes) -> int:
+        """Advance by the raw bytes ``data`` (the content after a reasoning end marker, inside
+        the token that completes it): the matcher steps it took (what :meth:`rollback` undoes),
+        0 (and no change) when the grammar refuses them."""
+        ...
+
     def rollback(self, n: int) -> None:
         """Undo the last ``n`` accepted tokens."""
         ...

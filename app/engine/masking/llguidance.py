@@ -86,6 +86,19 @@ class LlguidanceMasking:
         ids = self._tokenizer.tokenize_bytes(data)
         return bool(self._matcher.validate_tokens(ids) == len(ids))
 
+    def accept_bytes(self, data: bytes) -> int:
+        """See :meth:`MaskingEngine.accept_bytes`: the bytes as llguidance tokenizes them, one
+        rollback step per token."""
+        if self.is_terminated():
+            return 0
+        ids = self._tokenizer.tokenize_bytes(data)
+        if self._matcher.validate_tokens(ids) != len(ids):
+            return 0
+        if not self._matcher.consume_tokens(ids):  # validated: only a library fault
+            raise RuntimeError(f"llguidance: {self._matcher.get_error()}")
+        self._stops.extend(token_id in self._stop_ids for token_id in ids)
+        return len(ids)
+
     def rollback(self, n: int) -> None:
         """See :meth:`MaskingEngine.rollback`."""
         if n:

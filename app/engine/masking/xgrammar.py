@@ -58,6 +58,12 @@ class XGrammarMasking:
         """See :meth:`MaskingEngine.accepts_bytes`."""
         return bool(self._matcher.fork().accept_string(data))
 
+    def accept_bytes(self, data: bytes) -> int:
+        """See :meth:`MaskingEngine.accept_bytes`: one ``accept_string``, one rollback step."""
+        if not self._matcher.fork().accept_string(data):  # a refusal must leave no trace
+            return 0
+        return 1 if self._matcher.accept_string(data) else 0
+
     def rollback(self, n: int) -> None:
         """See :meth:`MaskingEngine.rollback`."""
         if n:

@@ -20,6 +20,7 @@ from app.engine import (
     StepRecord,
     Validation,
 )
+from app.engine.reasoning import ReasoningMode
 from app.exceptions import InvalidInput, RunInProgress
 from app.sandbox.sandbox import PydanticSchema
 from app.web.bodies import GrammarIn, ReplayIn, SessionIn
@@ -141,6 +142,7 @@ async def create_session(state: AppState, body: SessionIn) -> SessionHandle:
         top_k=body.top_k,
         compare=compare,
         draft_tokens=body.draft_tokens,
+        reasoning=ReasoningMode(body.reasoning),
     )
     request = body.model_dump(mode="json")
     request["sampling"]["seed"] = sampling.seed
@@ -274,6 +276,7 @@ async def replay(state: AppState, engine: AnyEngine, body: ReplayIn) -> ReplayRe
         token_ids=body.token_ids,
         bitmask_for=body.bitmask_for,
         compare=compare,
+        reasoning=ReasoningMode(body.reasoning),
     )
 
 

@@ -45,6 +45,7 @@ def _prefill_from_request(request: dict[str, Any]) -> dict[str, Any]:
         "engine": grammar.get("engine", "xgrammar"),
         "compare": request.get("compare") is not None,
         "model": request.get("model", LOCAL_MODEL_ID),
+        "reasoning": request.get("reasoning", "none"),
     }
 
 
