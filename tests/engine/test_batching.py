@@ -23,7 +23,7 @@ from app.examples import load_examples
 
 LOGIT_TOLERANCE = 1e-3  # float32 batched vs single-row matrix products differ by ~1e-4
 MARGIN = 1e-2  # where the two best allowed logits are closer, a token may differ
-EXAMPLES = ("pricing", "router", "candidate", "risk", "nested")
+EXAMPLES = ("router", "candidate", "risk", "nested")
 
 
 @dataclass
@@ -65,7 +65,7 @@ def _play(session: Session, script: Script) -> list[StepRecord]:
 
 def _scripts() -> list[Script]:
     return [
-        Script(example, first=4 + i, back=1 + i % 3, after=6 - i % 2)
+        Script(example, first=3 + i, back=1 + i % 3, after=4 - i % 2)
         for i, example in enumerate(EXAMPLES)
     ]
 

@@ -27,10 +27,11 @@ from typing import Any
 
 import torch
 from transformers import AttentionInterface, AttentionMaskInterface, DynamicCache
+from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
-__all__ = ["ROWS_ATTENTION", "Batcher", "enable_rows"]
+__all__ = ["ROWS_ATTENTION", "Batcher", "GrowingLayer", "enable_rows"]
 
 #: The attention implementation a batched model runs with: sdpa, or sdpa row by row in a batch.
 ROWS_ATTENTION = "maskscope_rows"
@@ -88,6 +89,57 @@ def enable_rows(module: Any) -> bool:
     except (AttributeError, ValueError):
         return False
     return bool(config._attn_implementation == ROWS_ATTENTION)
+
+
+class GrowingLayer(DynamicLayer):  # type: ignore[misc]  # transformers is untyped
+    """A cache layer whose keys and values are views of buffers with room to spare.
+
+    ``DynamicLayer`` appends a token by concatenating: a copy of the whole layer at every step,
+    for every session (O(total KV) a batch). Here a token is written in place and the buffers
+    grow by half when full (amortised O(1); the spare room stays under a third of them); a crop
+    is a shorter view of the same buffers, which the next token overwrites.
+    """
+
+    _buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append the new keys and values; returns the layer's keys and values (views)."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        held = self.get_seq_length()
+        length = held + key_states.shape[-2]
+        if not self._fits(length):
+            self._grow(key_states, value_states, held, length + max(64, length // 2))
+        assert self._buffers is not None
+        keys, values = self._buffers
+        keys[:, :, held:length] = key_states
+        values[:, :, held:length] = value_states
+        self.keys, self.values = keys[:, :, :length], values[:, :, :length]
+        return self.keys, self.values
+
+    def _fits(self, length: int) -> bool:
+        if self._buffers is None or self._buffers[0].shape[-2] < length:
+            return False
+        # The views must still be of these buffers (a reset or a reorder replaces them).
+        return bool(self.keys.numel() == 0 or self.keys.data_ptr() == self._buffers[0].data_ptr())
+
+    def _grow(self, key: torch.Tensor, value: torch.Tensor, held: int, capacity: int) -> None:
+        batch, heads, _, dim = key.shape
+        keys = key.new_empty(batch, heads, capacity, dim)
+        values = value.new_empty(batch, heads, capacity, value.shape[-1])
+        if held:
+            keys[:, :, :held] = self.keys
+            values[:, :, :held] = self.values
+        self._buffers = (keys, values)
+
+    @property
+    def held_bytes(self) -> int:
+        """The bytes the layer's buffers hold (their room to spare included)."""
+        if self._buffers is None:
+            return 0
+        return sum(t.numel() * t.element_size() for t in self._buffers)
 
 
 @dataclass(eq=False)
@@ -163,8 +215,11 @@ class Batcher:
             return len(self._waiting)
 
     def new_cache(self) -> DynamicCache:
-        """An empty KV cache for one session on this module."""
-        return DynamicCache(config=self._module.config)
+        """An empty KV cache for one session on this module (growing in place when it can)."""
+        cache = DynamicCache(config=self._module.config)
+        if all(type(layer) is DynamicLayer for layer in cache.layers):
+            cache.layers = [GrowingLayer() for _ in cache.layers]
+        return cache
 
     def prefill(self, cache: DynamicCache, token_ids: Sequence[int]) -> torch.Tensor:
         """Feed ``token_ids`` (a prompt, or a prefix rebuilt) into ``cache``, alone.

@@ -11,7 +11,7 @@ import xgrammar as xgr
 from transformers import DynamicCache
 
 from app.engine.forward.base import RawDistribution
-from app.engine.forward.batch import Batcher
+from app.engine.forward.batch import Batcher, GrowingLayer
 from app.engine.sampling import SamplingParams, choose_token
 
 __all__ = ["LocalForward"]
@@ -99,9 +99,13 @@ class LocalForward:
 
     @property
     def memory_bytes(self) -> int:
-        """See :meth:`ForwardEngine.memory_bytes`: the keys and values of every layer."""
+        """See :meth:`ForwardEngine.memory_bytes`: the keys and values of every layer (a growing
+        layer's buffers, room to spare included)."""
         total = 0
         for layer in getattr(self._cache, "layers", []):
+            if isinstance(layer, GrowingLayer):
+                total += layer.held_bytes
+                continue
             for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
                 if isinstance(tensor, torch.Tensor):
                     total += tensor.numel() * tensor.element_size()
