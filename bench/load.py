@@ -3,6 +3,9 @@
 Prints throughput, p50 / p95 step latency (time between a session's consecutive step events),
 the server's RSS before (after warm-up), during (peak) and after the sessions expire, and the
 count of answers that were not 2xx. Target: no errors; RSS after within 20% of the baseline.
+It first runs one session alone, in the same server: the N sessions' throughput over that one
+session's is the batching ratio (target: 8 sessions >= 3x one session's tokens/s, the steps
+waiting at once sharing one forward pass).
 
 Usage: ``.venv/bin/python bench/load.py [--sessions 8] [--steps 50] [--ttl 15]``
 """
@@ -57,6 +60,14 @@ def _run_session(base: str, steps: int, arrivals: list[list[float]], errors: lis
         arrivals.append(times)
 
 
+def _alone(base: str, steps: int, errors: list[str]) -> float:
+    """One session's tokens/s, alone on the server."""
+    arrivals: list[list[float]] = []
+    started = time.perf_counter()
+    _run_session(base, steps, arrivals, errors)
+    return sum(len(times) for times in arrivals) / (time.perf_counter() - started)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=8)
@@ -70,6 +81,7 @@ def main() -> int:
         errors: list[str] = []
         for _ in range(2):  # warm-up: compile caches, allocator pools, first-forward costs
             _run_session(base, args.steps, warm, errors)
+        alone = _alone(base, args.steps, errors)
         time.sleep(args.ttl + min(args.ttl / 2, 30) + 2)  # the warm-up sessions expire
         baseline = _rss_mb(pid)
 
@@ -103,6 +115,9 @@ def main() -> int:
         f"sessions: {args.sessions} x {args.steps} steps over SSE; session lifetime {args.ttl:g} s"
     )
     print(f"throughput: {tokens} tokens in {elapsed:.1f} s = {tokens / elapsed:.1f} tokens/s")
+    ratio = tokens / elapsed / alone
+    print(f"one session alone (same server, same run): {alone:.1f} tokens/s; "
+          f"{args.sessions} sessions = {ratio:.2f}x (target for 8: >= 3x)")  # fmt: skip
     print(f"step latency per session: p50 {statistics.median(gaps):.0f} ms, "
           f"p95 {statistics.quantiles(gaps, n=20)[-1]:.0f} ms")  # fmt: skip
     print(

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from app.engine.forward.base import ForwardEngine, ModelIdentity
+from app.engine.forward.batch import Batcher
 from app.engine.forward.local import LocalForward
 from app.engine.tokens import Tokens
 from app.exceptions import ModelLoadError
@@ -73,6 +74,7 @@ class LoadedModel:
     """A causal LM ready to step, with its tokens and identity.
 
     ``lock`` serialises forward passes, first come first served: one model serves every session.
+    ``batcher`` runs them: the sessions' steps waiting at once share one forward pass.
     """
 
     model: Any
@@ -80,10 +82,14 @@ class LoadedModel:
     device: torch.device
     identity: ModelIdentity
     lock: FairLock = field(default_factory=FairLock)
+    batcher: Batcher = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.batcher = Batcher(self.model, device=self.device, lock=self.lock)
 
     def open_forward(self, prompt_ids: Sequence[int]) -> ForwardEngine:
         """A forward engine for a new session's prompt: a KV cache of its own."""
-        return LocalForward(self.model, prompt_ids, device=self.device, lock=self.lock)
+        return LocalForward(self.batcher, prompt_ids)
 
     def close(self) -> None:
         """Nothing to release: the weights go with the object (no process, thread or socket)."""

@@ -1,17 +1,17 @@
-"""The local torch model as a forward engine: one KV cache per session."""
+"""The local torch model as a forward engine: one KV cache per session, steps batched across
+sessions (:mod:`app.engine.forward.batch`)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
-from typing import Any
 
 import torch
 import xgrammar as xgr
 from transformers import DynamicCache
 
 from app.engine.forward.base import RawDistribution
+from app.engine.forward.batch import Batcher, GrowingLayer
 from app.engine.sampling import SamplingParams, choose_token
 
 __all__ = ["LocalForward"]
@@ -22,42 +22,32 @@ class LocalForward:
 
     The cache holds every token of the prefix but the last, which the next forward pass
     consumes (the whole prompt, for the first step). Truncating therefore crops the cache and
-    re-runs the very forward pass that produced the step, so the logits repeat exactly.
+    re-runs the very forward pass that produced the step, so the logits repeat exactly (within
+    float error when other sessions share that step's batch).
 
     Args:
-        module: the causal LM (a torch module, shared by every session on it).
+        batcher: runs the forward passes of every session on the model (shared by them).
         prompt_ids: the rendered prompt's token ids.
-        device: where the module runs: the input ids go there.
-        lock: held around each forward pass (the sessions on one module take turns).
     """
 
-    def __init__(
-        self,
-        module: Any,
-        prompt_ids: Sequence[int],
-        *,
-        device: torch.device,
-        lock: AbstractContextManager[Any],
-    ) -> None:
-        self._module = module
-        self._device = device
-        self._lock = lock
+    def __init__(self, batcher: Batcher, prompt_ids: Sequence[int]) -> None:
+        self._batcher = batcher
         self._prompt = tuple(prompt_ids)
         self._generated: list[int] = []
         self._cache = self._new_cache()
         self._pending: tuple[int, ...] = self._prompt
 
     def _new_cache(self) -> DynamicCache:
-        return DynamicCache(config=self._module.config)
+        return self._batcher.new_cache()
 
     def distribution(self) -> RawDistribution:
-        """See :meth:`ForwardEngine.distribution`."""
+        """See :meth:`ForwardEngine.distribution`: a prompt runs alone, a step in a batch."""
         start = time.perf_counter()
-        ids = torch.tensor([self._pending], device=self._device)
-        with self._lock, torch.inference_mode():
-            out = self._module(input_ids=ids, cache=self._cache, use_cache=True, logits_to_keep=1)
+        if len(self._pending) == 1:
+            logits = self._batcher.step(self._cache, self._pending[0])
+        else:
+            logits = self._batcher.prefill(self._cache, self._pending)
         self._pending = ()
-        logits: torch.Tensor = out.logits[0, -1].float()
         return RawDistribution(forward_ms=(time.perf_counter() - start) * 1000, logits=logits)
 
     def choose(
@@ -109,9 +99,13 @@ class LocalForward:
 
     @property
     def memory_bytes(self) -> int:
-        """See :meth:`ForwardEngine.memory_bytes`: the keys and values of every layer."""
+        """See :meth:`ForwardEngine.memory_bytes`: the keys and values of every layer (a growing
+        layer's buffers, room to spare included)."""
         total = 0
         for layer in getattr(self._cache, "layers", []):
+            if isinstance(layer, GrowingLayer):
+                total += layer.held_bytes
+                continue
             for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
                 if isinstance(tensor, torch.Tensor):
                     total += tensor.numel() * tensor.element_size()

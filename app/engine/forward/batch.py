@@ -1,0 +1,317 @@
+"""One forward pass for every session waiting on the local model: a batch of one-token steps.
+
+Each session keeps a KV cache of its own (one row, any length): a back or a forced token crops
+that row only, and the batch never holds a shared cache. A batched step feeds each row's last
+token as one ``[rows, 1]`` input with each row's own position id, so the embeddings, the linear
+layers and the head run once for every row; attention runs row by row on each row's own cache,
+through an attention implementation registered here that is sdpa itself when no rows are given
+(a forward pass outside a batch, e.g. a prompt, computes exactly what sdpa computes). A row's
+attention is therefore the very computation it would make alone; only the batched matrix
+products differ from a single row's, within float error.
+
+Sessions are gathered without a thread of their own: whoever asks while the model is free runs
+the batch for everyone waiting (the *leader*), in its own thread, and the others sleep until
+their row is done. A leader waits briefly for as many rows as the last batch had (sessions in a
+steady stream arrive one by one, a few milliseconds apart), never more than a share of the last
+forward pass; a session alone runs at once, through the model's ordinary path.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import AttentionInterface, AttentionMaskInterface, DynamicCache
+from transformers.cache_utils import DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import sdpa_mask
+
+__all__ = ["ROWS_ATTENTION", "Batcher", "GrowingLayer", "enable_rows"]
+
+#: The attention implementation a batched model runs with: sdpa, or sdpa row by row in a batch.
+ROWS_ATTENTION = "maskscope_rows"
+_ROWS_KWARG = "maskscope_rows"
+_registered = threading.Lock()
+
+
+def _rows_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    maskscope_rows: Sequence[DynamicCache] | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    if maskscope_rows is None:
+        alone: tuple[torch.Tensor, None] = sdpa_attention_forward(
+            module, query, key, value, attention_mask, **kwargs
+        )
+        return alone
+    outputs = []
+    for row, cache in enumerate(maskscope_rows):
+        # One query per row: it sees its whole cache, so the row needs no mask (none alone).
+        keys, values = cache.update(key[row : row + 1], value[row : row + 1], module.layer_idx)
+        out, _ = sdpa_attention_forward(module, query[row : row + 1], keys, values, None, **kwargs)
+        outputs.append(out)
+    return torch.cat(outputs), None
+
+
+def enable_rows(module: Any) -> bool:
+    """Switch ``module`` to row-by-row attention in batches if it can batch; idempotent.
+
+    A model batches when it runs sdpa and every layer attends to the whole prefix (a sliding
+    window needs a mask per row, which the rows' attention does not apply).
+
+    Returns:
+        Whether batched steps may be run on ``module``.
+    """
+    config = module.config
+    if config._attn_implementation not in ("sdpa", ROWS_ATTENTION):
+        return False
+    text = config.get_text_config()
+    layer_types = getattr(text, "layer_types", None)
+    if layer_types is not None:
+        if any(kind != "full_attention" for kind in layer_types):
+            return False
+    elif getattr(text, "sliding_window", None) is not None:
+        return False
+    with _registered:
+        AttentionInterface.register(ROWS_ATTENTION, _rows_attention)
+        AttentionMaskInterface.register(ROWS_ATTENTION, sdpa_mask)
+    try:
+        module.set_attn_implementation(ROWS_ATTENTION)
+    except (AttributeError, ValueError):
+        return False
+    return bool(config._attn_implementation == ROWS_ATTENTION)
+
+
+class GrowingLayer(DynamicLayer):  # type: ignore[misc]  # transformers is untyped
+    """A cache layer whose keys and values are views of buffers with room to spare.
+
+    ``DynamicLayer`` appends a token by concatenating: a copy of the whole layer at every step,
+    for every session (O(total KV) a batch). Here a token is written in place and the buffers
+    grow by half when full (amortised O(1); the spare room stays under a third of them); a crop
+    is a shorter view of the same buffers, which the next token overwrites.
+    """
+
+    _buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append the new keys and values; returns the layer's keys and values (views)."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        held = self.get_seq_length()
+        length = held + key_states.shape[-2]
+        if not self._fits(length):
+            self._grow(key_states, value_states, held, length + max(64, length // 2))
+        assert self._buffers is not None
+        keys, values = self._buffers
+        keys[:, :, held:length] = key_states
+        values[:, :, held:length] = value_states
+        self.keys, self.values = keys[:, :, :length], values[:, :, :length]
+        return self.keys, self.values
+
+    def _fits(self, length: int) -> bool:
+        if self._buffers is None or self._buffers[0].shape[-2] < length:
+            return False
+        # The views must still be of these buffers (a reset or a reorder replaces them).
+        return bool(self.keys.numel() == 0 or self.keys.data_ptr() == self._buffers[0].data_ptr())
+
+    def _grow(self, key: torch.Tensor, value: torch.Tensor, held: int, capacity: int) -> None:
+        batch, heads, _, dim = key.shape
+        keys = key.new_empty(batch, heads, capacity, dim)
+        values = value.new_empty(batch, heads, capacity, value.shape[-1])
+        if held:
+            keys[:, :, :held] = self.keys
+            values[:, :, :held] = self.values
+        self._buffers = (keys, values)
+
+    @property
+    def held_bytes(self) -> int:
+        """The bytes the layer's buffers hold (their room to spare included)."""
+        if self._buffers is None:
+            return 0
+        return sum(t.numel() * t.element_size() for t in self._buffers)
+
+
+@dataclass(eq=False)
+class _Row:
+    """One session's step waiting for (or in) a batch."""
+
+    cache: DynamicCache
+    token_id: int
+    logits: torch.Tensor | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+    def result(self) -> torch.Tensor:
+        if self.error is not None:
+            raise self.error
+        assert self.logits is not None
+        return self.logits
+
+
+@dataclass
+class BatchCounts:
+    """What the batcher has run: forward passes and the rows they served."""
+
+    batches: int = 0
+    rows: int = 0
+    largest: int = 0
+
+
+class Batcher:
+    """Runs the sessions' forward passes on one module: prompts alone, one-token steps batched.
+
+    Thread-safe, and it assumes nothing of its callers' threads: a step's forward pass runs in
+    the thread of whichever waiting caller leads its batch.
+
+    Args:
+        module: the causal LM (every session on it shares this batcher).
+        device: where the module runs: the input ids go there.
+        lock: held around each forward pass (prompts, batches: they take turns).
+        max_rows: the most rows in one batch.
+        gather_share: how long a leader may wait for more rows, as a share of the last forward
+            pass (a short wait that pays for itself only when rows do come).
+        max_gather_s: the cap on that wait, in seconds.
+    """
+
+    def __init__(
+        self,
+        module: Any,
+        *,
+        device: torch.device,
+        lock: AbstractContextManager[Any],
+        max_rows: int = 32,
+        gather_share: float = 0.25,
+        max_gather_s: float = 0.05,
+    ) -> None:
+        self._module = module
+        self._device = device
+        self._lock = lock
+        self.batches_rows = enable_rows(module)
+        self._max_rows = max_rows if self.batches_rows else 1
+        self._gather_share = gather_share
+        self._max_gather_s = max_gather_s
+        self._condition = threading.Condition()
+        self._waiting: list[_Row] = []
+        self._busy = False
+        self._last_rows = 1
+        self._last_forward_s = 0.0
+        self.counts = BatchCounts()
+
+    @property
+    def waiting(self) -> int:
+        """How many rows wait for a batch now (not counting those in the running one)."""
+        with self._condition:
+            return len(self._waiting)
+
+    def new_cache(self) -> DynamicCache:
+        """An empty KV cache for one session on this module (growing in place when it can)."""
+        cache = DynamicCache(config=self._module.config)
+        if all(type(layer) is DynamicLayer for layer in cache.layers):
+            cache.layers = [GrowingLayer() for _ in cache.layers]
+        return cache
+
+    def prefill(self, cache: DynamicCache, token_ids: Sequence[int]) -> torch.Tensor:
+        """Feed ``token_ids`` (a prompt, or a prefix rebuilt) into ``cache``, alone.
+
+        Returns:
+            The next token's logits (1-D, float).
+        """
+        ids = torch.tensor([list(token_ids)], device=self._device)
+        with self._lock, torch.inference_mode():
+            out = self._module(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+        logits: torch.Tensor = out.logits[0, -1].float()
+        return logits
+
+    def step(self, cache: DynamicCache, token_id: int) -> torch.Tensor:
+        """Feed one token into ``cache``, in one forward pass with the other sessions waiting.
+
+        Returns:
+            The next token's logits (1-D, float).
+
+        Raises:
+            Whatever the forward pass raised (every row of a failed batch raises it).
+        """
+        row = _Row(cache, token_id)
+        with self._condition:
+            self._waiting.append(row)
+            self._condition.notify_all()  # a gathering leader counts the rows that arrive
+            while not row.done:
+                if not self._busy:
+                    self._busy = True
+                    batch = self._gather(row)
+                    break
+                self._condition.wait()
+            else:
+                return row.result()
+        try:
+            self._run(batch)
+        finally:
+            with self._condition:
+                self._busy = False
+                self._condition.notify_all()  # the rows are done; a waiting row may lead next
+        return row.result()
+
+    def _gather(self, leader: _Row) -> list[_Row]:
+        """The rows of the next batch, the leader's first (called holding the condition)."""
+        wait = min(self._max_gather_s, self._gather_share * self._last_forward_s)
+        deadline = time.monotonic() + wait
+        wanted = min(self._last_rows, self._max_rows)
+        while len(self._waiting) < wanted and (left := deadline - time.monotonic()) > 0:
+            self._condition.wait(left)
+        others = [r for r in self._waiting if r is not leader][: self._max_rows - 1]
+        batch = [leader, *others]
+        taken = set(map(id, batch))
+        self._waiting = [r for r in self._waiting if id(r) not in taken]
+        return batch
+
+    def _run(self, batch: list[_Row]) -> None:
+        """Run the batch and hand each row its logits, or the error (raised in each row's own
+        thread, by :meth:`_Row.result`)."""
+        start = time.perf_counter()
+        try:
+            with self._lock, torch.inference_mode():
+                logits = self._forward(batch)
+        except BaseException as exc:
+            for row in batch:
+                row.error = exc
+        else:
+            for row, row_logits in zip(batch, logits, strict=True):
+                row.logits = row_logits
+        finally:
+            with self._condition:
+                self._last_rows = len(batch)
+                self._last_forward_s = time.perf_counter() - start
+                self.counts.batches += 1
+                self.counts.rows += len(batch)
+                self.counts.largest = max(self.counts.largest, len(batch))
+                for row in batch:
+                    row.done = True
+
+    def _forward(self, batch: list[_Row]) -> list[torch.Tensor]:
+        ids = torch.tensor([[row.token_id] for row in batch], device=self._device)
+        if len(batch) == 1:  # alone: the model's ordinary path, as fast as ever
+            out = self._module(
+                input_ids=ids, cache=batch[0].cache, use_cache=True, logits_to_keep=1
+            )
+        else:
+            positions = [[row.cache.get_seq_length()] for row in batch]
+            out = self._module(
+                input_ids=ids,
+                position_ids=torch.tensor(positions, device=self._device),
+                use_cache=False,
+                logits_to_keep=1,
+                **{_ROWS_KWARG: [row.cache for row in batch]},
+            )
+        logits: torch.Tensor = out.logits[:, -1].float()
+        return list(logits.unbind(0))
