@@ -42,6 +42,7 @@ lint: install
 bench: install browser
 	$(PY) bench/step_overhead.py
 	$(PY) bench/web_latency.py
+	$(PY) bench/compile.py
 	$(PY) bench/pydantic_compile.py
 	$(PY) bench/doctor.py
 	$(PY) bench/load.py

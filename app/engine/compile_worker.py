@@ -3,33 +3,45 @@
 xgrammar prints warnings ("multipleOf is not supported for type:number; ignoring multipleOf") to
 the C-level stderr, not as Python warnings. A worker serves one compile at a time and redirects
 its own file descriptor 2 around it, so each compile gets exactly its own lines; a worker can also
-be killed when a compile runs past its time limit.
+be killed when a compile runs past its time limit, and its address space is capped.
+
+A compile's answer carries what the compile answer shows (the grammar's text, rule names,
+warnings, figures) and no compiled grammar: serialising it costs about 3x the compile, and
+deserialising it 1.5x. The worker holds the compiled grammar (:class:`Held`) and serialises it
+only when the server asks for it (``fetch``), when a session or replay needs its token masks.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import re
+import resource
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
 from app.engine.jsonpointer import line_column, locate
 from app.engine.keyword_probe import without_keyword
-from app.exceptions import GrammarError
+from app.exceptions import GrammarError, GrammarTooComplex
 from app.paths import pointer_from_parts
 
 __all__ = [
+    "Held",
     "clean_message",
     "compile_request",
+    "fetch_request",
     "located_error",
     "parse_schema",
     "probe_request",
+    "rule_names",
     "serve",
     "subschemas",
 ]
@@ -41,6 +53,13 @@ _REGEX_POSITION = re.compile(r"Regex parsing error at position (\d+)")
 _MAX_LOCATE_TRIES = 400
 # "Check failed: (std::holds_alternative<Grammar>(result)) is false: Invalid structural tag ..."
 _CHECK_FAILED = re.compile(r"^Check failed: \(.*?\) is false: ")
+# A compile still running when its schema turned out invalid: waited for this long, then the
+# worker is retired (the server starts another) rather than answering a later request with it.
+_ABANDON_S = 2.0
+_M_ARENA_MAX = -8
+# What xgrammar (or Python) says when the address-space cap refuses it memory or a thread stack.
+_EXHAUSTED = re.compile(r"bad_alloc|Resource temporarily unavailable|can't start new thread")
+_ARENAS = 2
 
 
 def clean_message(text: str) -> str:
@@ -75,11 +94,13 @@ def parse_schema(source: str) -> Any:
             ``ReferenceRefused``) a reference that leaves the document, leads nowhere or loops
             in place; located by line, column and JSON pointer where possible.
     """
-    import jsonschema
+    schema = _loaded(source)
+    check_meta(schema, source)
+    _check_refs(schema, source)
+    return schema
 
-    from app.engine.jsonschema_safe import error_list, meta_validator
-    from app.engine.schema_refs import check_refs
 
+def _loaded(source: str) -> Any:
     try:
         schema = json.loads(source)
     except json.JSONDecodeError as exc:
@@ -92,13 +113,30 @@ def parse_schema(source: str) -> Any:
             line=1,
             column=1,
         )
+    return schema
+
+
+def _check_refs(schema: Any, source: str) -> None:
+    from app.engine.schema_refs import check_refs
+
+    check_refs(schema, source=source)
+
+
+def check_meta(schema: Any, source: str) -> None:
+    """Check ``schema`` against its meta-schema.
+
+    Raises:
+        GrammarError: not a valid JSON Schema, located by line, column and JSON pointer.
+    """
+    import jsonschema
+
+    from app.engine.jsonschema_safe import error_list, meta_validator
+
     error = jsonschema.exceptions.best_match(error_list(meta_validator(schema), schema))
     if error is not None:
         raise located_error(
             source, list(error.absolute_path), f"not a valid JSON Schema: {error.message}"
         )
-    check_refs(schema, source=source)
-    return schema
 
 
 def located_error(source: str, parts: list[str | int], message: str) -> GrammarError:
@@ -160,6 +198,8 @@ def _compile(compiler: Any, kind: str, source: str, options: dict[str, Any]) -> 
         if kind == "regex":
             return compiler.compile_regex(source)
     except RuntimeError as exc:
+        if _EXHAUSTED.search(str(exc)):
+            raise MemoryError(str(exc)) from None
         raise _grammar_error(kind, source, options, clean_message(str(exc))) from None
     except UnicodeDecodeError as exc:
         # xgrammar's message quoted the source cut inside a character: it failed to decode and
@@ -239,33 +279,143 @@ def _grammar_error(kind: str, source: str, options: dict[str, Any], message: str
     return GrammarError(message)
 
 
-def compile_request(compiler: Any, request: dict[str, Any]) -> dict[str, Any]:
+def rule_names(grammar_text: str) -> list[str]:
+    """Rule names by rule id, read from xgrammar's printed grammar: one ``name ::= ...`` line
+    per rule, in id order (serialising the grammar to JSON for them cost more than the
+    compile)."""
+    return [line.split(" ::= ", 1)[0] for line in grammar_text.splitlines() if " ::= " in line]
+
+
+class Held:
+    """The compiled grammars a worker keeps until the server fetches them, least recently
+    compiled first out past ``budget_bytes`` (a grammar no longer held is compiled again)."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self._budget = budget_bytes
+        self._grammars: OrderedDict[str, Any] = OrderedDict()
+        self._size = 0
+
+    def put(self, key: str, compiled: Any) -> bool:
+        """Keep ``compiled`` under ``key``; False when it alone is over the budget."""
+        size = int(compiled.memory_size_bytes)
+        if size > self._budget:
+            return False
+        if key in self._grammars:
+            self._size -= int(self._grammars.pop(key).memory_size_bytes)
+        self._grammars[key] = compiled
+        self._size += size
+        while self._size > self._budget:
+            _, evicted = self._grammars.popitem(last=False)
+            self._size -= int(evicted.memory_size_bytes)
+        return True
+
+    def get(self, key: str) -> Any | None:
+        return self._grammars.get(key)
+
+
+class _Abandoned(Exception):
+    """A schema found invalid while its compile still runs: the worker answers, then retires."""
+
+    def __init__(self, error: GrammarError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _compile_checked(
+    compiler: Any, kind: str, source: str, options: dict[str, Any]
+) -> tuple[Any, list[str], float]:
+    """Compile, checking a JSON Schema against its meta-schema meanwhile (the compile leaves
+    the GIL to this thread); a meta-schema error wins over the compile's own outcome.
+
+    Returns:
+        the compiled grammar, what xgrammar printed, and the compile's milliseconds.
+
+    Raises:
+        GrammarError: the schema is invalid, or the compile failed.
+        _Abandoned: the schema is invalid and its compile did not end within ``_ABANDON_S``.
+    """
+    schema = _loaded(source) if kind == "json_schema" else None
+    if kind == "json_schema":
+        _check_refs(schema, source)  # before the compile: a reference loop could hang it
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        start = time.perf_counter()
+        try:
+            outcome["compiled"] = _compile(compiler, kind, source, options)
+        except BaseException as exc:  # raised again in the serving thread
+            outcome["error"] = exc
+        outcome["ms"] = (time.perf_counter() - start) * 1000
+
+    invalid: GrammarError | None = None
+    thread = threading.Thread(target=run, name="maskscope-compile-one", daemon=True)
+    with _captured_stderr() as printed:
+        try:
+            thread.start()
+        except RuntimeError as exc:  # no room for its stack under the memory cap
+            raise MemoryError(str(exc)) from None
+        if kind == "json_schema":
+            try:
+                check_meta(schema, source)
+            except GrammarError as exc:
+                invalid = exc
+        thread.join(_ABANDON_S if invalid is not None else None)
+    if invalid is not None:
+        raise _Abandoned(invalid) if thread.is_alive() else invalid
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["compiled"], printed, float(outcome["ms"])
+
+
+def compile_request(
+    compiler: Any, request: dict[str, Any], held: Held | None = None
+) -> dict[str, Any]:
     """Compile one grammar request; never raises, the answer says ``ok`` or carries the error.
 
     Args:
         compiler: an ``xgrammar.GrammarCompiler`` with its cache disabled (the parent caches).
-        request: ``{"kind", "source", "options"}`` as in :class:`app.engine.grammar.GrammarSpec`.
+        request: ``{"kind", "source", "options"}`` as in :class:`app.engine.grammar.GrammarSpec`,
+            and ``"key"`` when ``held`` is given.
+        held: where the worker keeps the compiled grammar for a later :func:`fetch_request`;
+            the answer then says ``held`` instead of carrying ``serialized``. None (or a grammar
+            over its budget): the answer carries the serialised compiled grammar.
     """
     kind, source, options = request["kind"], request["source"], request["options"]
     try:
-        if kind == "json_schema":
-            parse_schema(source)
-        with _captured_stderr() as printed:
-            start = time.perf_counter()
-            compiled = _compile(compiler, kind, source, options)
-            compile_ms = (time.perf_counter() - start) * 1000
-        rules = json.loads(compiled.grammar.serialize_json())["rules"]
-        return {
-            "ok": True,
-            "serialized": compiled.serialize_json(),
-            "grammar_text": str(compiled.grammar),
-            "rule_names": [rule[0] for rule in rules],
-            "warnings": printed,
-            "compile_ms": compile_ms,
-            "size_bytes": int(compiled.memory_size_bytes),
-        }
+        compiled, printed, compile_ms = _compile_checked(compiler, kind, source, options)
     except GrammarError as exc:
         return {"ok": False, "error": exc.to_dict()}
+    except _Abandoned as abandoned:
+        return {"ok": False, "error": abandoned.error.to_dict(), "retire": True}
+    text = str(compiled.grammar)
+    answer = {
+        "ok": True,
+        "grammar_text": text,
+        "rule_names": rule_names(text),
+        "warnings": printed,
+        "compile_ms": compile_ms,
+        "size_bytes": int(compiled.memory_size_bytes),
+        "held": False,
+    }
+    key = request.get("key")
+    if held is not None and key is not None and held.put(key, compiled):
+        answer["held"] = True
+    else:
+        answer["serialized"] = compiled.serialize_json()
+    return answer
+
+
+def fetch_request(held: Held, request: dict[str, Any]) -> dict[str, Any]:
+    """The serialised compiled grammar held under ``request["key"]``, or ``missing``.
+
+    Args:
+        held: the worker's held grammars.
+        request: ``{"op": "fetch", "key"}``.
+    """
+    compiled = held.get(request["key"])
+    if compiled is None:
+        return {"ok": True, "missing": True}
+    return {"ok": True, "serialized": compiled.serialize_json()}
 
 
 def _converted(schema: Any, options: dict[str, Any]) -> tuple[str | None, list[str]]:
@@ -313,12 +463,50 @@ def probe_request(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def serve(conn: Connection, tokenizer_info_json: str) -> None:
-    """Worker process entry point: answer compile requests until the pipe closes."""
+def _address_space_bytes() -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def cap_memory(memory_mb: int) -> None:
+    """Cap the address space at what is mapped now plus ``memory_mb`` (few malloc arenas, so
+    that xgrammar's threads do not each reserve 64 MB of it): a compile past it fails, or kills
+    this process, never the server."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(_M_ARENA_MAX, _ARENAS)
+    except (OSError, AttributeError):  # not glibc
+        pass
+    limit = _address_space_bytes() + memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def serve(
+    conn: Connection, tokenizer_info_json: str, memory_mb: int = 0, held_bytes: int = 0
+) -> None:
+    """Worker process entry point: answer compile requests until the pipe closes.
+
+    Args:
+        conn: the pipe to the server.
+        tokenizer_info_json: the serialised ``xgrammar.TokenizerInfo``.
+        memory_mb: memory the process may map beyond what it holds once loaded (0: no cap).
+        held_bytes: budget of the compiled grammars held for the server to fetch.
+    """
     import xgrammar as xgr
 
     tokenizer_info = xgr.TokenizerInfo.deserialize_json(tokenizer_info_json)
     compiler = xgr.GrammarCompiler(tokenizer_info, cache_enabled=False)
+    held = Held(held_bytes)
+    handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+        "probe": probe_request,
+        "fetch": lambda request: fetch_request(held, request),
+    }
+    _loaded("{}")
+    check_meta({}, "{}")  # imports jsonschema and builds the meta-schema validator before the cap
+    if memory_mb:
+        cap_memory(memory_mb)
     conn.send({"ready": True})
     while True:
         try:
@@ -327,7 +515,18 @@ def serve(conn: Connection, tokenizer_info_json: str) -> None:
             return
         if request is None:
             return
-        if request.get("op") == "probe":
-            conn.send(probe_request(request))
-        else:
-            conn.send(compile_request(compiler, request))
+        handler = handlers.get(request.get("op", ""))
+        try:
+            answer = handler(request) if handler else compile_request(compiler, request, held)
+        except MemoryError:  # the worker's heap is suspect now: answer, then make room for another
+            answer = {
+                "ok": False,
+                "retire": True,
+                "error": GrammarTooComplex(
+                    "too complex: compiling needed more memory than a compile may use "
+                    f"({memory_mb} MB)"
+                ).to_dict(),
+            }
+        conn.send(answer)
+        if answer.get("retire"):
+            return

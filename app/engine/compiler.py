@@ -1,4 +1,11 @@
-"""Compile grammars in killable worker processes, with a cache that keeps their warnings."""
+"""Compile grammars in killable, memory-capped worker processes, with a cache that keeps their
+warnings.
+
+A compile hands back what its answer shows; the compiled grammar (its token masks) stays in the
+worker until something needs it (:class:`_HeldGrammar`): moving it costs more than the compile
+(serialising ~3x, deserialising ~1.5x on the default tokenizer), and most compiles (the page
+compiles as the schema is edited) never start a session.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ import queue
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -21,21 +29,29 @@ from app.engine.structural_tag import TAG_NOT_CARRIED
 from app.exceptions import GrammarError, GrammarTooComplex, InvalidInput, MaskscopeError
 from app.settings import Settings
 
-__all__ = ["GrammarCompiler"]
+__all__ = ["MEMORY_MB", "GrammarCompiler"]
 
 _STARTUP_TIMEOUT_S = 300.0
 _POLL_S = 0.05
+# A worker keeps the grammars it compiled within this share of its memory cap.
+_HELD_SHARE = 4
+# What a worker may map beyond what it holds once loaded (the tokenizer, xgrammar, jsonschema).
+MEMORY_MB = 2048
 
 
 class _Worker:
-    """One compile process (spawned: it must not inherit torch's threads) and its pipe."""
+    """One compile process (spawned: it must not inherit torch's threads) and its pipe.
 
-    def __init__(self, tokenizer_info_json: str) -> None:
+    ``use`` is held for each request: a fetch for a grammar this worker holds waits for the
+    compile it may be running.
+    """
+
+    def __init__(self, tokenizer_info_json: str, memory_mb: int, held_bytes: int) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(
             target=compile_worker.serve,
-            args=(child, tokenizer_info_json),
+            args=(child, tokenizer_info_json, memory_mb, held_bytes),
             name="maskscope-compile",
             daemon=True,
         )
@@ -44,6 +60,7 @@ class _Worker:
         self._ready = False
         self._closing = threading.Lock()
         self._closed = False
+        self.use = threading.Lock()
 
     def _receive(self, timeout: float) -> dict[str, Any] | None:
         """The next answer, or None after ``timeout``; EOFError as soon as the process dies."""
@@ -75,6 +92,8 @@ class _Worker:
             raise GrammarTooComplex(
                 f"too complex: compiling took longer than the {timeout:g} s limit"
             )
+        if answer.get("retire"):  # it exits after this answer: replaced like a killed one
+            raise _Retired(answer)
         return answer
 
     @property
@@ -93,6 +112,54 @@ class _Worker:
             self._conn.close()
 
 
+class _Retired(Exception):
+    """A worker answered and exits (its compile ran on past the answer, or ran out of memory)."""
+
+    def __init__(self, answer: dict[str, Any]) -> None:
+        super().__init__("the compile worker retired")
+        self.answer = answer
+
+
+class _HeldGrammar(xgr.CompiledGrammar):  # type: ignore[misc]  # xgrammar ships no stubs
+    """A compiled grammar that the worker which compiled it still holds, brought over (and
+    deserialised) on first use: building a matcher, or reading it in any other way.
+
+    The worker may be gone by then (killed for another compile's time limit, or the grammar
+    evicted from what it holds): ``fetch`` then compiles it again, which gives the same grammar.
+    Which thread uses it first pays the transfer; none of them is the event loop (compiles,
+    sessions and replays run in the worker pools).
+    """
+
+    def __init__(self, fetch: Callable[[], str], tokenizer_info: Any) -> None:
+        # No _init_handle: the handle is made on first use, by the property below.
+        self._fetch = fetch
+        self._tokenizer_info = tokenizer_info
+        self._lock = threading.Lock()
+        self._serialized: str | None = None
+        self._resolved: Any = None
+
+    @property
+    def _handle(self) -> Any:
+        resolved = self._resolved
+        if resolved is None:
+            with self._lock:
+                if self._resolved is None:
+                    text = self._serialized or self._fetch()
+                    grammar = xgr.CompiledGrammar.deserialize_json(text, self._tokenizer_info)
+                    self._resolved, self._serialized = grammar._handle, None
+                resolved = self._resolved
+        return resolved
+
+    def serialize_json(self) -> str:
+        """The serialised compiled grammar, as the worker wrote it (nothing deserialised here
+        when nothing used it yet: the Doctor's worker takes it as it is)."""
+        with self._lock:
+            if self._resolved is None:
+                self._serialized = self._serialized or self._fetch()
+                return self._serialized
+        return str(self._resolved.serialize_json())
+
+
 class GrammarCompiler:
     """Compiles grammar requests for one tokenizer, caching results by (request, tokenizer).
 
@@ -105,6 +172,8 @@ class GrammarCompiler:
         workers: number of worker processes (concurrent compiles).
         timeout_s: wall-clock limit of one compile.
         cache_bytes: budget of the cache, counted in xgrammar's compiled-grammar sizes.
+        memory_mb: memory a worker may map beyond what it holds once loaded; a compile past it
+            fails with ``GrammarTooComplex`` (0: no cap).
     """
 
     def __init__(
@@ -114,8 +183,12 @@ class GrammarCompiler:
         workers: int = 2,
         timeout_s: float = 30.0,
         cache_bytes: int = 512 * 1024 * 1024,
+        memory_mb: int = MEMORY_MB,
     ) -> None:
         self._tokenizer_info = tokenizer_info
+        self._memory_mb = memory_mb
+        held = memory_mb * 1024 * 1024 // _HELD_SHARE if memory_mb else cache_bytes
+        self._held_bytes = min(cache_bytes, held)
         self._tokenizer_json: str = tokenizer_info.serialize_json()
         self.tokenizer_key = hashlib.sha256(self._tokenizer_json.encode()).hexdigest()[:16]
         self._timeout_s = timeout_s
@@ -151,14 +224,17 @@ class GrammarCompiler:
         hit = self.cached(spec)
         if hit is not None:
             return hit
-        answer = self._run(spec)
-        if not answer["ok"]:
-            raise MaskscopeError.from_dict(answer["error"])
+        key = self._key(spec)
+        answer, worker = self._run(spec, key)
+        if "serialized" in answer:
+            compiled = xgr.CompiledGrammar.deserialize_json(
+                answer["serialized"], self._tokenizer_info
+            )
+        else:
+            compiled = _HeldGrammar(lambda: self._fetch(worker, spec, key), self._tokenizer_info)
         result = CompileResult(
             spec=spec,
-            compiled=xgr.CompiledGrammar.deserialize_json(
-                answer["serialized"], self._tokenizer_info
-            ),
+            compiled=compiled,
             grammar_text=answer["grammar_text"],
             rule_names=tuple(answer["rule_names"]),
             warnings=tuple(answer["warnings"]),
@@ -166,8 +242,21 @@ class GrammarCompiler:
             size_bytes=int(answer["size_bytes"]),
             not_carried=TAG_NOT_CARRIED if spec.kind is GrammarKind.STRUCTURAL_TAG else (),
         )
-        self._remember(self._key(spec), result)
+        self._remember(key, result)
         return result
+
+    def _fetch(self, worker: _Worker, spec: GrammarSpec, key: str) -> str:
+        """The serialised grammar ``worker`` holds under ``key``, else compiled again."""
+        if worker.alive:
+            try:
+                with worker.use:
+                    answer = worker.request({"op": "fetch", "key": key}, self._timeout_s)
+                if "serialized" in answer:
+                    return str(answer["serialized"])
+            except (GrammarTooComplex, GrammarError, _Retired):
+                pass  # dead or dying: compile it again below
+        again, _ = self._run(spec, key, serialize=True)
+        return str(again["serialized"])
 
     def cached(self, spec: GrammarSpec) -> CompileResult | None:
         """The cached result for ``spec`` (``cached=True``), or None; never waits for a worker."""
@@ -210,15 +299,27 @@ class GrammarCompiler:
             ms=float(answer["ms"]),
         )
 
-    def _run(self, spec: GrammarSpec) -> dict[str, Any]:
+    def _run(
+        self, spec: GrammarSpec, key: str, *, serialize: bool = False
+    ) -> tuple[dict[str, Any], _Worker]:
+        """Compile ``spec`` in a worker: its answer (raised when it is an error) and the worker,
+        which holds the compiled grammar unless the answer carries it (``serialize``)."""
         payload = {
             "kind": spec.kind.value,
             "source": spec.source,
             "options": spec.options.to_dict(),
+            "key": None if serialize else key,
         }
-        return self._send(payload)
+        answer, worker = self._send_to_worker(payload)
+        if not answer["ok"]:
+            raise MaskscopeError.from_dict(answer["error"])
+        return answer, worker
 
     def _send(self, payload: dict[str, Any]) -> dict[str, Any]:
+        answer, _ = self._send_to_worker(payload)
+        return answer
+
+    def _send_to_worker(self, payload: dict[str, Any]) -> tuple[dict[str, Any], _Worker]:
         while True:
             if self._closed:  # its workers are gone: waiting for one would wait forever
                 raise GrammarError("the grammar compiler has been shut down")
@@ -229,7 +330,11 @@ class GrammarCompiler:
                 continue
         too_complex = False
         try:
-            return worker.request(payload, self._timeout_s)
+            with worker.use:
+                return worker.request(payload, self._timeout_s), worker
+        except _Retired as retired:
+            too_complex = True
+            return retired.answer, worker
         except GrammarTooComplex:
             too_complex = True
             raise
@@ -246,7 +351,7 @@ class GrammarCompiler:
                 self._idle.put(worker)
 
     def _start_worker(self) -> None:
-        worker = _Worker(self._tokenizer_json)
+        worker = _Worker(self._tokenizer_json, self._memory_mb, self._held_bytes)
         with self._lock:
             closed = self._closed
             if not closed:

@@ -8,15 +8,23 @@ from typing import Any
 import pytest
 import xgrammar as xgr
 
-from app.engine.compile_worker import clean_message, compile_request
+from app.engine.compile_worker import (
+    Held,
+    clean_message,
+    compile_request,
+    fetch_request,
+    rule_names,
+)
 
 OPTIONS = {"any_whitespace": False, "strict_mode": True, "indent": None, "separators": None}
 
 
+_INFO = xgr.TokenizerInfo(["a", "b", "{", "}", '"', "<eos>"], stop_token_ids=[5])
+
+
 @pytest.fixture(scope="module")
 def compiler() -> xgr.GrammarCompiler:
-    info = xgr.TokenizerInfo(["a", "b", "{", "}", '"', "<eos>"], stop_token_ids=[5])
-    return xgr.GrammarCompiler(info, cache_enabled=False)
+    return xgr.GrammarCompiler(_INFO, cache_enabled=False)
 
 
 def _compile(compiler: xgr.GrammarCompiler, kind: str, source: Any) -> dict[str, Any]:
@@ -144,3 +152,58 @@ def test_an_error_message_cut_inside_a_character_is_a_grammar_error(
     answer = _compile(compiler, "ebnf", "\u00b0\u00fa")
     assert answer["ok"] is False and answer["error"]["code"] == "grammar_invalid"
     assert "EBNF" in answer["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "source"),
+    [
+        ("ebnf", 'root ::= "a" item\nitem ::= "b"+ | "a" (=("b"))'),
+        ("ebnf", 'root ::= "a ::= b" x\nx ::= [a-b]*'),
+        ("regex", "(ab|b)+a?"),
+        ("json_schema", {"type": "object", "properties": {"a": {"type": "array"}}}),
+    ],
+)
+def test_rule_names_read_from_the_printed_grammar_are_the_rules_by_id(
+    compiler: xgr.GrammarCompiler, kind: str, source: Any
+) -> None:
+    answer = _compile(compiler, kind, source)
+    compiled = xgr.CompiledGrammar.deserialize_json(answer["serialized"], _INFO)
+    by_id = [rule[0] for rule in json.loads(compiled.grammar.serialize_json())["rules"]]
+    assert answer["rule_names"] == by_id
+    assert rule_names(answer["grammar_text"]) == by_id
+
+
+def test_a_held_compile_answers_without_the_grammar_and_a_fetch_brings_it(
+    compiler: xgr.GrammarCompiler,
+) -> None:
+    held = Held(64 * 1024 * 1024)
+    request = {"kind": "ebnf", "source": 'root ::= "a" "b"+', "options": OPTIONS, "key": "k1"}
+    answer = compile_request(compiler, request, held)
+    assert answer["ok"] is True and answer["held"] is True
+    assert "serialized" not in answer  # nothing serialised on the compile's path
+    fetched = fetch_request(held, {"op": "fetch", "key": "k1"})
+    grammar = xgr.CompiledGrammar.deserialize_json(fetched["serialized"], _INFO)
+    matcher = xgr.GrammarMatcher(grammar)
+    assert matcher.accept_string("abb") and not matcher.accept_string("a")
+    assert fetch_request(held, {"op": "fetch", "key": "other"}) == {"ok": True, "missing": True}
+
+
+def test_held_grammars_past_the_budget_go_least_recent_first(
+    compiler: xgr.GrammarCompiler,
+) -> None:
+    one = compiler.compile_grammar('root ::= "a"')
+    held = Held(int(one.memory_size_bytes) * 2)
+    for key in ("k1", "k2", "k3"):
+        assert held.put(key, compiler.compile_grammar('root ::= "a"'))
+    assert held.get("k1") is None and held.get("k2") is not None and held.get("k3") is not None
+    assert Held(1).put("big", one) is False  # over the budget alone: the answer carries it
+
+
+def test_a_schema_invalid_for_its_meta_schema_is_reported_though_it_compiles(
+    compiler: xgr.GrammarCompiler,
+) -> None:
+    answer = _compile(compiler, "json_schema", {"type": "string", "minLength": "two"})
+    assert answer["ok"] is False
+    assert answer["error"]["message"].startswith("not a valid JSON Schema")
+    assert answer["error"]["pointer"] == "/minLength"
+    assert "retire" not in answer

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+import xgrammar as xgr
 
 from app.engine import CompileOptions, Engine, GrammarCompiler, GrammarKind, GrammarSpec
 from app.exceptions import GrammarError, GrammarTooComplex
@@ -84,3 +85,53 @@ def test_a_compile_past_the_time_limit_is_ended(engine: Engine) -> None:
         # the killed worker was replaced: the next compile succeeds
         result = compiler.compile(GrammarSpec(GrammarKind.REGEX, "[0-9]+"))
         assert "root ::=" in result.grammar_text
+
+
+def _first_mask(compiled: Any, vocab_size: int) -> list[int]:
+    matcher = xgr.GrammarMatcher(compiled)
+    bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+    matcher.fill_next_token_bitmask(bitmask)
+    return [int(word) for word in bitmask[0]]
+
+
+def test_a_held_grammar_masks_as_xgrammars_own_compile(engine: Engine) -> None:
+    spec = _schema({"type": "object", "properties": {"n": {"type": "integer"}}}, "held")
+    result = engine.compile(spec)
+    assert isinstance(result.compiled, xgr.CompiledGrammar)
+    tokens = engine.model.tokens
+    own = xgr.GrammarCompiler(tokens.info, cache_enabled=False).compile_json_schema(
+        spec.source, any_whitespace=False, strict_mode=True
+    )
+    assert _first_mask(result.compiled, tokens.vocab_size) == _first_mask(own, tokens.vocab_size)
+    # the Doctor's worker takes the serialised grammar: the same one, with or without a matcher
+    assert json.loads(result.compiled.serialize_json()) == json.loads(own.serialize_json())
+
+
+def test_a_grammar_whose_worker_was_killed_meanwhile_is_compiled_again_on_use(
+    engine: Engine,
+) -> None:
+    tokens = engine.model.tokens
+    with GrammarCompiler(tokens.info, workers=1, timeout_s=0.1) as compiler:
+        kept = compiler.compile(GrammarSpec(GrammarKind.REGEX, "[0-9]{2}x"))
+        with pytest.raises(GrammarTooComplex):  # kills the one worker, which held ``kept``
+            compiler.compile(_schema(SLOW_SCHEMA, "slow-kill"))
+        assert xgr.GrammarMatcher(kept.compiled).accept_string("12x")
+        assert not xgr.GrammarMatcher(kept.compiled).accept_string("1x")
+
+
+def test_a_compile_past_the_memory_cap_is_too_complex_and_the_next_compile_works(
+    engine: Engine,
+) -> None:
+    # 16 MB beyond what the worker holds: not even xgrammar's threads' stacks fit.
+    with GrammarCompiler(engine.model.tokens.info, workers=1, memory_mb=16) as compiler:
+        with pytest.raises(GrammarTooComplex) as caught:
+            compiler.compile(_schema(SLOW_SCHEMA, "memory"))
+        # xgrammar's own thread pool may fail to start (the answer says so) or abort the worker
+        assert caught.value.message.startswith(
+            ("too complex: compiling needed more memory than a compile may use (16 MB",
+             "too complex: the compiler process died")
+        )  # fmt: skip
+        with pytest.raises(GrammarTooComplex):  # a new worker, under the same cap
+            compiler.compile(GrammarSpec(GrammarKind.REGEX, "[0-9]+"))
+    result = engine.compile(GrammarSpec(GrammarKind.REGEX, "[0-9]+y"))  # the server is fine
+    assert "root ::=" in result.grammar_text

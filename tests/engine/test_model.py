@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
 import torch
 
 from app.engine import Engine, load_model
-from app.engine.model import resolve_device, resolve_dtype
+from app.engine.model import cpu_threads, resolve_device, resolve_dtype
+from app.examples import load_examples
 from app.exceptions import ModelLoadError
 from app.settings import Settings
 
@@ -41,3 +43,42 @@ def test_a_model_that_cannot_be_found(tmp_path: object) -> None:
     with pytest.raises(ModelLoadError) as caught:
         load_model(Settings(model=str(tmp_path)))
     assert caught.value.message.startswith(f"cannot load model {str(tmp_path)!r}")
+
+
+@pytest.mark.parametrize(
+    ("cores", "environ", "threads"),
+    [(2, {}, 1), (16, {}, 8), (1, {}, 1), (None, {}, 1), (8, {"OMP_NUM_THREADS": "8"}, None)],
+)
+def test_cpu_threads_are_half_the_cores_unless_omp_num_threads_says(
+    cores: int | None, environ: dict[str, str], threads: int | None
+) -> None:
+    assert cpu_threads(cores, environ) == threads
+
+
+def test_the_shipped_cpu_threads_keep_float32s_probabilities(engine: Engine) -> None:
+    shipped = cpu_threads(os.cpu_count(), os.environ)
+    assert torch.get_num_threads() == (shipped or torch.get_num_threads())
+    model, tokens = engine.model.model, engine.model.tokens
+    prompts = [
+        tokens.tokenizer.apply_chat_template(
+            [{"role": "system", "content": e.system}, {"role": "user", "content": e.prompt}],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
+        for e in load_examples()
+    ]
+    before = torch.get_num_threads()
+    probabilities: dict[int, list[torch.Tensor]] = {}
+    try:
+        for threads in {os.cpu_count() or 1, before}:  # torch's default, and what ships
+            torch.set_num_threads(threads)
+            with torch.inference_mode():
+                probabilities[threads] = [
+                    torch.softmax(model(input_ids=torch.tensor([tokens.encode(p)])).logits[0], -1)
+                    for p in prompts
+                ]
+    finally:
+        torch.set_num_threads(before)
+    reference, shipped_run = probabilities[os.cpu_count() or 1], probabilities[before]
+    worst = max(float((a - b).abs().max()) for a, b in zip(reference, shipped_run, strict=True))
+    assert worst <= 1e-3
