@@ -49,7 +49,7 @@ from app.paths import pointer_from_parts
 __all__ = ["ToolLeaf", "examine_tools", "tool_leaves"]
 
 #: The least a leaf's examination is given, however many tools share the budget.
-_MIN_LEAF_MS = 250
+_MIN_LEAF_MS = 50
 NO_TAG = "no tag"
 
 
