@@ -133,12 +133,13 @@ class Doctor:
         spec = dataclasses.replace(spec, library=MaskingLibrary.XGRAMMAR)
         with self._slots:
             grammar = self._engine.compile(spec)
-            if spec.kind is GrammarKind.TOOLS:
-                from app.doctor.tools import examine_tools  # it builds on this module
+            if spec.kind in (GrammarKind.TOOLS, GrammarKind.STRUCTURAL_TAG):
+                from app.doctor import tools  # it builds on this module
 
-                return examine_tools(
-                    self, grammar, seed=seed, budget_ms=budget_ms, max_tokens=max_tokens
+                examine = (
+                    tools.examine_tools if spec.kind is GrammarKind.TOOLS else tools.examine_tag
                 )
+                return examine(self, grammar, seed=seed, budget_ms=budget_ms, max_tokens=max_tokens)
             if not spec.is_json:
                 return self._grammar_only(
                     grammar, seed=seed, budget_ms=budget_ms, max_tokens=max_tokens
@@ -152,8 +153,6 @@ class Doctor:
             grammar, self.tokens, self.vocab(), schema=None, seed=seed, budget_ms=budget_ms
         )
         costs = _costs(grammar, None, found, max_tokens)
-        if grammar.spec.kind is GrammarKind.STRUCTURAL_TAG:
-            return DoctorReport((), (), None, None, (), costs)
         row = self.llguidance.assess_grammar(grammar.spec.kind, grammar.spec.source)
         return DoctorReport((), (), None, None, (row,), costs)
 

@@ -46,7 +46,7 @@ from app.engine.structural_tag import parse_tag
 from app.engine.tools.base import ToolsBuild
 from app.paths import pointer_from_parts
 
-__all__ = ["ToolLeaf", "examine_tools", "tool_leaves"]
+__all__ = ["ToolLeaf", "examine_tag", "examine_tools", "tool_leaves"]
 
 #: The least a leaf's examination is given, however many tools share the budget.
 _MIN_LEAF_MS = 50
@@ -68,34 +68,40 @@ class ToolLeaf:
     leaf: dict[str, Any] | None
 
 
-def _walk(node: Any, context: tuple[str, ...]) -> Iterator[tuple[dict[str, Any], tuple[str, ...]]]:
+Parts = tuple[str | int, ...]
+
+
+def _walk(
+    node: Any, context: tuple[str, ...], parts: Parts = ()
+) -> Iterator[tuple[dict[str, Any], tuple[str, ...], Parts]]:
     """Every ``json_schema`` leaf in document order, with the literal texts around it (the
-    enclosing tags' begins and the strings before it in a sequence), innermost first."""
+    enclosing tags' begins and the strings before it in a sequence), innermost first, and its
+    place in the tag."""
     if isinstance(node, list):
-        for item in node:
-            yield from _walk(item, context)
+        for index, item in enumerate(node):
+            yield from _walk(item, context, (*parts, index))
         return
     if not isinstance(node, dict):
         return
     kind = node.get("type")
     if kind in ("json_schema", "qwen_xml_parameter"):
-        yield node, context
+        yield node, context, parts
         return
     if kind == "tag":
         begin = node.get("begin")
         text = begin if isinstance(begin, str) else json.dumps(begin)
-        yield from _walk(node.get("content"), (text, *context))
+        yield from _walk(node.get("content"), (text, *context), (*parts, "content"))
         return
     if kind == "sequence":
         before: list[str] = []
-        for element in node.get("elements", []):
-            yield from _walk(element, (*reversed(before), *context))
+        for index, element in enumerate(node.get("elements", [])):
+            yield from _walk(element, (*reversed(before), *context), (*parts, "elements", index))
             if isinstance(element, dict) and element.get("type") == "const_string":
                 before.append(str(element.get("value", "")))
         return
     for key, value in node.items():
         if key != "type":
-            yield from _walk(value, context)
+            yield from _walk(value, context, (*parts, key))
 
 
 def _named(names: Sequence[str], context: tuple[str, ...]) -> int | None:
@@ -119,7 +125,7 @@ def tool_leaves(tag: dict[str, Any] | None, tools: Sequence[dict[str, Any]]) -> 
     names = [str(t.get("function", {}).get("name", "")) for t in tools]
     found: dict[int, dict[str, Any]] = {}
     walked = list(_walk(tag.get("format") if tag else None, ()))
-    for position, (leaf, context) in enumerate(walked):
+    for position, (leaf, context, _) in enumerate(walked):
         index = _named(names, context)
         if index is None:
             schema = leaf.get("json_schema")
@@ -237,19 +243,7 @@ def examine_tools(
             out.free.append(Message(f"arguments of {tool.name}: any JSON ({why})", prefix))
         else:
             _examine_leaf(doctor, tool, prefix, line_of, seed, share, out)
-    found = search(grammar, doctor.tokens, doctor.vocab(), schema=None, seed=seed, budget_ms=share)
-    shortest = found.shortest
-    costs = Costs(
-        compile_ms=grammar.compile_ms,
-        compile_ms_any_whitespace=None,
-        size_bytes=grammar.size_bytes,
-        shortest_document_tokens=shortest.tokens if shortest else None,
-        shortest_document=shortest.text if shortest else None,
-        unbounded_whitespace=found.unbounded_whitespace,
-        max_tokens_below_shortest=(
-            None if shortest is None or max_tokens is None else max_tokens < shortest.tokens
-        ),
-    )
+    costs = _whole_tag_costs(doctor, grammar, seed, share, max_tokens)
     backends = _backends(out, grammar.warnings, build, builder)
     return DoctorReport(
         tuple(out.keywords),
@@ -259,6 +253,65 @@ def examine_tools(
         backends,
         costs,
         tuple(out.findings),
+    )
+
+
+def examine_tag(
+    doctor: Doctor, grammar: CompileResult, *, seed: int, budget_ms: int, max_tokens: int | None
+) -> DoctorReport:
+    """Examine a ``structural_tag`` source: each constrained ``json_schema`` leaf as for a tool,
+    pointers into the tag (``/format/.../json_schema/...``). A legacy tag gets only its costs.
+
+    Args:
+        doctor: the doctor.
+        grammar: the tag compiled.
+        seed: the witness search's seed.
+        budget_ms: the time all the searches together may take (shared equally).
+        max_tokens: a generation limit to compare with the shortest document of the whole tag.
+    """
+    tag = json.loads(grammar.spec.source)
+    walked = list(_walk(tag.get("format"), (), ("format",))) if "format" in tag else []
+    leaves = [
+        (leaf, parts) for leaf, _, parts in walked if isinstance(leaf.get("json_schema"), dict)
+    ]
+    share = max(_MIN_LEAF_MS, budget_ms // (len(leaves) + 1))
+    line_of = json_lines(grammar.spec.source)
+    out = _Gathered()
+    for leaf, parts in leaves:
+        prefix = pointer_from_parts([*parts, "json_schema"])
+        named = ToolLeaf(-1, f"the leaf at {pointer_from_parts(parts)}", leaf)
+        _examine_leaf(doctor, named, prefix, line_of, seed, share, out)
+    costs = _whole_tag_costs(doctor, grammar, seed, share, max_tokens)
+    build = ToolsBuild(tag, None, None, {})
+    backends = _backends(out, grammar.warnings, build, "structural_tag")
+    return DoctorReport(
+        tuple(out.keywords),
+        tuple(out.witnesses),
+        _search(out.searches, seed),
+        _enforcement(out.checked),
+        backends,
+        costs,
+        tuple(out.findings),
+    )
+
+
+def _whole_tag_costs(
+    doctor: Doctor, grammar: CompileResult, seed: int, budget_ms: int, max_tokens: int | None
+) -> Costs:
+    found = search(
+        grammar, doctor.tokens, doctor.vocab(), schema=None, seed=seed, budget_ms=budget_ms
+    )
+    shortest = found.shortest
+    return Costs(
+        compile_ms=grammar.compile_ms,
+        compile_ms_any_whitespace=None,
+        size_bytes=grammar.size_bytes,
+        shortest_document_tokens=shortest.tokens if shortest else None,
+        shortest_document=shortest.text if shortest else None,
+        unbounded_whitespace=found.unbounded_whitespace,
+        max_tokens_below_shortest=(
+            None if shortest is None or max_tokens is None else max_tokens < shortest.tokens
+        ),
     )
 
 

@@ -160,3 +160,15 @@ def test_the_web_answer_points_into_the_tools_source(client: TestClient) -> None
     page = client.post("/ui/doctor", data=form, headers={"HX-Request": "true"}).text
     assert f'{{"line": {unique["line"]}, "message": "uniqueItems ' in page  # marked in the editor
     assert "dropped in silence" in page
+
+
+def test_a_structural_tags_leaves_are_examined_too(doctor: Doctor) -> None:
+    tag = {"type": "structural_tag", "format": {"type": "tag", "begin": "<tags>",
+           "content": {"type": "json_schema", "json_schema": TAGS}, "end": "</tags>"}}  # fmt: skip
+    text = json.dumps(tag, indent=2)
+    report = doctor.examine(GrammarSpec(GrammarKind.STRUCTURAL_TAG, text), budget_ms=2000)
+    unique = next(k for k in report.keywords if k.keyword == "uniqueItems")
+    assert unique.pointer == "/format/content/json_schema/properties/tags/uniqueItems"
+    assert unique.status in (Status.IGNORED, Status.WEAKENED)
+    assert unique.line is not None and "uniqueItems" in text.splitlines()[unique.line - 1]
+    assert any(unique.pointer in w.pointers for w in report.witnesses)
