@@ -33,6 +33,7 @@ from app.doctor.records import (
     Enforcement,
     KeywordFinding,
     Status,
+    Verdict,
 )
 from app.doctor.source_lines import json_lines, pydantic_lines
 from app.doctor.vocab import Vocab
@@ -45,6 +46,7 @@ from app.exceptions import GrammarError, GrammarTooComplex
 __all__ = [
     "DEFAULT_BUDGET_MS",
     "MAX_BUDGET_MS",
+    "Examination",
     "RUNNING_AT_ONCE",
     "Doctor",
     "OtherCompile",
@@ -131,11 +133,18 @@ class Doctor:
         spec = dataclasses.replace(spec, library=MaskingLibrary.XGRAMMAR)
         with self._slots:
             grammar = self._engine.compile(spec)
+            if spec.kind in (GrammarKind.TOOLS, GrammarKind.STRUCTURAL_TAG):
+                from app.doctor import tools  # it builds on this module
+
+                examine = (
+                    tools.examine_tools if spec.kind is GrammarKind.TOOLS else tools.examine_tag
+                )
+                return examine(self, grammar, seed=seed, budget_ms=budget_ms, max_tokens=max_tokens)
             if not spec.is_json:
                 return self._grammar_only(
                     grammar, seed=seed, budget_ms=budget_ms, max_tokens=max_tokens
                 )
-            return _Examination(self, grammar, pydantic).run(seed, budget_ms, max_tokens)
+            return Examination(self, grammar, pydantic).run(seed, budget_ms, max_tokens)
 
     def _grammar_only(
         self, grammar: CompileResult, *, seed: int, budget_ms: int, max_tokens: int | None
@@ -144,10 +153,12 @@ class Doctor:
             grammar, self.tokens, self.vocab(), schema=None, seed=seed, budget_ms=budget_ms
         )
         costs = _costs(grammar, None, found, max_tokens)
-        if grammar.spec.kind in (GrammarKind.STRUCTURAL_TAG, GrammarKind.TOOLS):  # no tag yet
-            return DoctorReport((), (), None, None, (), costs)
         row = self.llguidance.assess_grammar(grammar.spec.kind, grammar.spec.source)
         return DoctorReport((), (), None, None, (row,), costs)
+
+    def compile(self, spec: GrammarSpec) -> CompileResult:
+        """``spec`` compiled by the engine (in a Doctor process: by the server, over its pipe)."""
+        return self._engine.compile(spec)
 
     def compile_other_whitespace(self, spec: GrammarSpec) -> OtherCompile:
         """The same request with ``any_whitespace`` flipped."""
@@ -180,11 +191,32 @@ class OtherCompile:
     refused: bool = False
 
 
-class _Examination:
-    """One JSON Schema examined: the concurrent parts, then the report."""
+class Examination:
+    """One JSON Schema examined: the concurrent parts, then the report.
 
-    def __init__(self, doctor: Doctor, grammar: CompileResult, pydantic: PydanticSource | None):
+    Args:
+        doctor: the doctor whose engine compiles and whose tokenizer writes.
+        grammar: the compile examined; its spec is the JSON Schema (for the keyword probe) and
+            its ``compiled`` the grammar witnesses are replayed through.
+        pydantic: the Pydantic source the schema came from, if any.
+        line_of: the editor line of a pointer (default: the spec's JSON source, or the
+            Pydantic source).
+        leaf: a tool's arguments inside a tag: no other-whitespace compile, no llguidance
+            checks and no backend rows (the tag's rows are the caller's).
+    """
+
+    def __init__(
+        self,
+        doctor: Doctor,
+        grammar: CompileResult,
+        pydantic: PydanticSource | None,
+        *,
+        line_of: Callable[[str], int | None] | None = None,
+        leaf: bool = False,
+    ):
         self.doctor = doctor
+        self.leaf = leaf
+        self._lines = line_of
         self.grammar = grammar
         self.spec = grammar.spec
         self.schema = json.loads(self.spec.source)
@@ -192,7 +224,6 @@ class _Examination:
 
     def run(self, seed: int, budget_ms: int, max_tokens: int | None) -> DoctorReport:
         keywords = constraint_keywords(self.schema)
-        llguidance = self.doctor.llguidance
         # Not a `with` block: leaving it would wait for a slow any_whitespace compile (ten times
         # slower, tens of seconds on big schemas), which may finish (and fill the cache) later.
         pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="doctor")
@@ -200,9 +231,9 @@ class _Examination:
             probing = pool.submit(
                 self.doctor.probe, self.spec, [k.pointer for k in keywords], budget_ms
             )
-            spacing = pool.submit(self.doctor.compile_other_whitespace, self.spec)
-            llg_row = pool.submit(llguidance.assess_schema, self.schema, self.spec.options)
-            guidance = pool.submit(llguidance.schema_error, self.schema)
+            spacing = pool.submit(self._other_whitespace)
+            llg_row = pool.submit(self._llguidance_row)
+            guidance = pool.submit(self._guidance_error)
             validate = self.pydantic.validate_many if self.pydantic else None
             found = search(
                 self.grammar,
@@ -243,7 +274,7 @@ class _Examination:
         figures = found.search
         if figures is not None and proofs.cut_short:
             figures = dataclasses.replace(figures, cut_short=True)
-        backends = self._backends(findings, found, other, llg, vllm_guidance)
+        backends = () if self.leaf else self._backends(findings, found, other, llg, vllm_guidance)
         costs = _costs(self.grammar, other.result, found, max_tokens)
         checked = (
             Enforcement(len(probe.probes), len(keywords), probe.ms, probe.cut_short)
@@ -252,7 +283,20 @@ class _Examination:
         )
         return DoctorReport(findings, found.witnesses, figures, checked, backends, costs, grouped)
 
+    def _other_whitespace(self) -> OtherCompile:
+        return OtherCompile(None) if self.leaf else self.doctor.compile_other_whitespace(self.spec)
+
+    def _guidance_error(self) -> str:
+        return "" if self.leaf else self.doctor.llguidance.schema_error(self.schema)
+
+    def _llguidance_row(self) -> BackendRow:
+        if self.leaf:
+            return BackendRow("llguidance", "", Verdict.OK)
+        return self.doctor.llguidance.assess_schema(self.schema, self.spec.options)
+
     def _line_of(self) -> Callable[[str], int | None]:
+        if self._lines is not None:
+            return self._lines
         if self.pydantic is not None:
             return pydantic_lines(self.pydantic.source, self.pydantic.root)
         return json_lines(self.spec.source)

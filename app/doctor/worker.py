@@ -166,6 +166,9 @@ class _ServerCompiler:
             compile_ms=float(answer["compile_ms"]),
             size_bytes=int(answer["size_bytes"]),
             cached=bool(answer["cached"]),
+            not_carried=tuple(answer["not_carried"]),
+            tools=answer["tools"],
+            unconstrained=tuple(answer["unconstrained"]),
         )
 
     def cached(self, spec: GrammarSpec) -> CompileResult | None:
@@ -438,6 +441,9 @@ class DoctorWorkers:
                 "compile_ms": result.compile_ms,
                 "size_bytes": result.size_bytes,
                 "cached": result.cached,
+                "not_carried": list(result.not_carried),
+                "tools": result.tools,  # a tools source's build: the Doctor reads its tag
+                "unconstrained": list(result.unconstrained),
             }
         if op == "probe":
             spec, pointers, budget_s = args

@@ -291,9 +291,13 @@ def _constant(code: str, name: str) -> str:
     return ast.unparse(statement.value)
 
 
-def test_the_doctor_fills_only_the_costs(client: TestClient) -> None:
+def test_the_doctor_examines_the_json_schema_leaves(client: TestClient) -> None:
     report = client.post("/api/doctor", json={"grammar": grammar(), "budget_ms": 300}).json()
-    assert report["backends"] == [] and report["keywords"] == []
+    assert {k["pointer"] for k in report["keywords"]} >= {
+        "/format/elements/1/content/json_schema/properties/city/enum"
+    }
+    assert all(k["line"] is not None for k in report["keywords"])
+    assert [b["backend"] for b in report["backends"]] == ["xgrammar", "vllm", "llguidance"]
     assert report["costs"]["size_bytes"] > 0 and report["costs"]["compile_ms"] >= 0
     shortest = report["costs"]["shortest_document"]
     assert shortest is None or "<call>" in shortest
