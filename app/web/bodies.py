@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from app.caps import (
     MAX_ACTIONS,
@@ -15,10 +15,6 @@ from app.caps import (
     MAX_REPLAY_TOKENS,
     MAX_SEED,
     MAX_SOURCE_BYTES,
-    MAX_STEP_COUNT,
-    MAX_TESTS,
-    MAX_TEXT_BYTES,
-    MAX_TOKEN_ID,
     MAX_TOKENS,
     MAX_TOP_K,
 )
@@ -37,9 +33,23 @@ from app.engine import (
 )
 from app.engine.reasoning import REASONING_HELP, ReasoningName
 from app.engine.vllm_log import parse_log_line
-from app.exceptions import InvalidInput, TooLarge
-from app.schematests import Expect, SchemaTest
+from app.exceptions import InvalidInput
 from app.settings import LOCAL_MODEL_ID, Settings
+from app.web.body_parts import (
+    ActionIn,
+    Compare,
+    CountIn,
+    ForceIn,
+    ModelId,
+    OpenPermalinkIn,
+    SchemaTestIn,
+    SchemaTests,
+    Separator,
+    Strict,
+    Text,
+    TokenId,
+    check_test_sizes,
+)
 
 __all__ = [
     "ActionIn",
@@ -62,29 +72,7 @@ __all__ = [
 ]
 
 
-def _valid_unicode(value: str) -> str:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"invalid unicode: a lone surrogate at character {exc.start}") from None
-    return value
-
-
-Text = Annotated[str, AfterValidator(_valid_unicode)]
-Separator = Annotated[str, Field(max_length=8)]
-TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
-Library = LibraryName
-Compare = Annotated[
-    Library | None,
-    Field(description="compare mode: this engine follows the same tokens (the other engine)"),
-]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-class OptionsIn(_Strict):
+class OptionsIn(Strict):
     """Compile options: a preset, then explicit options that override it."""
 
     preset: PresetName = Field(
@@ -99,7 +87,7 @@ class OptionsIn(_Strict):
     max_whitespace_cnt: int | None = Field(default=None, ge=1, le=1024)
     root_model: str | None = Field(default=None, max_length=200)
 
-    def effective(self, engine: Library = "xgrammar") -> CompileOptions:
+    def effective(self, engine: LibraryName = "xgrammar") -> CompileOptions:
         """The preset's options (as they are when ``engine`` masks) with the explicit ones
         applied."""
         overrides = {
@@ -111,30 +99,21 @@ class OptionsIn(_Strict):
             overrides["max_whitespace_cnt"] = self.max_whitespace_cnt
         return dataclasses.replace(presets(MaskingLibrary(engine))[self.preset], **overrides)
 
-    def echo(self, engine: Library = "xgrammar") -> dict[str, Any]:
+    def echo(self, engine: LibraryName = "xgrammar") -> dict[str, Any]:
         """The effective options as the API returns them."""
         effective = self.effective(engine).to_dict()
         return {"preset": self.preset, **effective, "root_model": self.root_model}
 
 
-#: The model a request runs on, or whose tokenizer its masks are computed with.
-ModelId = Annotated[
-    str,
-    Field(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
-        description="`local`, or a remote engine's id (GET /api/models): the tokenizer the "
-        "masks are computed with, and for a session the model that runs",
-    ),
-]
-
-
-class GrammarIn(_Strict):
+class GrammarIn(Strict):
     """A grammar request: what to compile and how."""
 
     kind: SourceKindName
     source: Text = Field(max_length=MAX_SOURCE_BYTES)
     options: OptionsIn = Field(default_factory=OptionsIn)
-    engine: Library = Field(default="xgrammar", description="the library that computes the mask")
+    engine: LibraryName = Field(
+        default="xgrammar", description="the library that computes the mask"
+    )
 
     def check_size(self, settings: Settings) -> None:
         """Refuse a source above the settings' size limit."""
@@ -165,14 +144,14 @@ class CompileIn(GrammarIn):
     model: ModelId = LOCAL_MODEL_ID
 
 
-class MessageIn(_Strict):
+class MessageIn(Strict):
     """One chat message."""
 
     role: Literal["system", "user", "assistant"]
     content: Text = Field(max_length=MAX_MESSAGES_BYTES)
 
 
-class SamplingIn(_Strict):
+class SamplingIn(Strict):
     """Greedy (temperature 0, the default) or temperature/top-p with a seed."""
 
     temperature: float = Field(default=0.0, ge=0.0, le=10.0)
@@ -182,7 +161,7 @@ class SamplingIn(_Strict):
     )
 
 
-class SessionIn(_Strict):
+class SessionIn(Strict):
     """A session request: grammar, prompt, sampling and limits."""
 
     grammar: GrammarIn
@@ -234,49 +213,6 @@ class SessionIn(_Strict):
         return messages
 
 
-class SchemaTestIn(_Strict):
-    """A schema unit test: a document and whether the grammar must pass or fail it."""
-
-    text: Text = Field(
-        json_schema_extra={"maxLength": MAX_TEXT_BYTES},
-        description=f"at most {MAX_TEXT_BYTES} bytes in UTF-8 (413 beyond)",
-    )
-    expect: Literal["pass", "fail"]
-
-    def to_test(self) -> SchemaTest:
-        """The engine's test."""
-        return SchemaTest(self.text, Expect(self.expect))
-
-
-def check_test_sizes(tests: list[SchemaTestIn], *, at: str = "/tests") -> None:
-    """Refuse a test text above :data:`MAX_TEXT_BYTES` (413, with its pointer)."""
-    for index, test in enumerate(tests):
-        size = len(test.text.encode("utf-8"))
-        if size > MAX_TEXT_BYTES:
-            raise TooLarge(
-                f"test {index} is {size} bytes; a test may hold {MAX_TEXT_BYTES}",
-                pointer=f"{at}/{index}/text",
-            )
-
-
-SchemaTests = Annotated[list[SchemaTestIn], Field(max_length=MAX_TESTS)]
-
-
-class ActionIn(_Strict):
-    """One thing done to a session, for a permalink's trace."""
-
-    op: Literal["step", "back", "force"]
-    n: int = Field(default=1, ge=1, le=MAX_STEP_COUNT)
-    token_id: int | None = Field(default=None, ge=0, le=MAX_TOKEN_ID)
-    at: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
-
-    @model_validator(mode="after")
-    def _force_names_a_token(self) -> ActionIn:
-        if self.op == "force" and self.token_id is None:
-            raise ValueError("a force action needs a token_id")
-        return self
-
-
 class PermalinkIn(SessionIn):
     """A session request, the trace to replay on it, and the schema's unit tests."""
 
@@ -286,28 +222,7 @@ class PermalinkIn(SessionIn):
     )
 
 
-class OpenPermalinkIn(_Strict):
-    """Open a permalink on another model than the one it was made on."""
-
-    model: ModelId | None = None
-
-
-class CountIn(_Strict):
-    """How many steps to take or undo."""
-
-    n: int = Field(default=1, ge=1, le=MAX_STEP_COUNT)
-
-
-class ForceIn(_Strict):
-    """A token to force, at the next step or, going back first, at an earlier one."""
-
-    token_id: int = Field(ge=0, le=MAX_TOKEN_ID)
-    at: int | None = Field(
-        default=None, ge=0, le=MAX_TOKENS, description="step index to force at (default: the next)"
-    )
-
-
-class ReplayIn(_Strict):
+class ReplayIn(Strict):
     """The text, then token ids, then a log line's ids (any of them) walked with no model."""
 
     grammar: GrammarIn
@@ -331,7 +246,7 @@ class ReplayIn(_Strict):
         return self
 
 
-class DoctorIn(_Strict):
+class DoctorIn(Strict):
     """A grammar to examine, with the search's seed and time budget."""
 
     grammar: GrammarIn
@@ -350,7 +265,7 @@ class DoctorIn(_Strict):
     )
 
 
-class SchemaTestsIn(_Strict):
+class SchemaTestsIn(Strict):
     """Schema unit tests to run on a grammar."""
 
     grammar: GrammarIn
