@@ -54,6 +54,7 @@
   // Source -> controls, after each change of the source (its compile) and of the kind.
   function sync() {
     document.body.classList.toggle("kind-tools", ui.kind === "tools");
+    document.body.classList.toggle("kind-tag", ui.kind === "tools" || ui.kind === "structural_tag");
     if (ui.kind !== "tools") return;
     const data = parsed();
     $("#tools-note").textContent = data ? "" : "the controls edit the source once it is a JSON object";
@@ -72,6 +73,9 @@
     const t = event.target;
     if (t.id === "tools-builder") {
       data.builder = t.value;
+      // vLLM holds the mask off until the reasoning ends when it has a reasoning parser: its
+      // default, so the stack's setting follows (the user may change it back).
+      if (t.value === "vllm" && data.reasoning_parser) $("#reasoning").value = "mask_after_end";
       const first = formats.find((f) => f.builder === t.value && f.available && f.name);
       if (first && !formats.some((f) => f.builder === t.value && f.name === data.format)) data.format = first.name;
     } else if (t.id === "tools-format") data.format = t.value;

@@ -55,3 +55,23 @@ def test_a_tools_session_steps_from_the_page(page: Page, live_server: str) -> No
     page.click("#btn-step")
     expect(page.locator("#tokens .chip")).to_have_count(1)
     expect(page.locator("#tokens .chip").first).to_contain_text("<")
+
+
+def test_the_stack_reasoning_holds_the_mask_off_until_the_reasoning_ends(
+    page: Page, live_server: str
+) -> None:
+    page.goto(f"{live_server}/?example=reasoning_tools")
+    expect(page.locator("#compile-result .stats")).to_contain_text("compiled")
+    expect(page.locator("#reasoning")).to_be_visible()
+    expect(page.locator("#reasoning")).to_have_value("none")
+    page.select_option("#reasoning", "mask_after_end")
+    expect(page.locator("#compile-result .stats")).to_contain_text("compiled")
+    for _ in range(3):
+        page.click("#btn-step")
+    chips = page.locator("#tokens .chip")
+    expect(chips).to_have_count(3)
+    # The reasoning is open: no mask applied to these steps, and the chips say so
+    expect(page.locator("#tokens .chip.unmasked")).to_have_count(3)
+    assert chips.first.get_attribute("data-masked") == "false"
+    page.click('label.tab:has(input[value="json_schema"])')
+    expect(page.locator("#reasoning")).to_be_hidden()
