@@ -19,7 +19,7 @@ STEP_KEYS = {
     "index", "token_id", "token_text", "token_bytes", "forced", "prob", "rank", "top",
     "blocked_mass", "allowed_count", "vocab_size", "bitmask", "depth", "path", "rules",
     "jump_forward", "probe", "mask_accept_agree", "engine", "forward_ms", "mask_us", "total_ms",
-    "terminated", "allowed_tokens", "follower", "masked", "segment",
+    "terminated", "allowed_tokens", "follower", "drafts", "rollback", "masked", "segment",
 }  # fmt: skip
 
 
