@@ -15,7 +15,6 @@ the hard time limit passes (the budget plus a margin), and at once on :meth:`Doc
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import itertools
 import logging
@@ -23,7 +22,6 @@ import multiprocessing
 import os
 import pickle
 import queue
-import resource
 import threading
 import time
 import traceback
@@ -36,6 +34,7 @@ from typing import Any, cast
 
 from app.doctor.doctor import RUNNING_AT_ONCE, Doctor, PydanticSource
 from app.doctor.records import DoctorReport
+from app.engine.compile_worker import cap_memory
 from app.engine.engine import AnyEngine, Engine
 from app.engine.grammar import CompileResult, GrammarSpec
 from app.engine.keyword_probe import ProbeResult
@@ -54,8 +53,6 @@ MARGIN_S = 5.0
 _BUDGET_FACTOR = 1.5
 _STARTUP_TIMEOUT_S = 300.0
 _POLL_S = 0.05
-_M_ARENA_MAX = -8
-_ARENAS = 2
 _SHUTTING_DOWN = "the server is shutting down: the Doctor's examination was stopped"
 
 
@@ -180,25 +177,6 @@ class _ServerCompiler:
         return cast(ProbeResult, self._link.call("probe", spec, pointers, budget_s))
 
 
-def _address_space_bytes() -> int:
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def _cap_memory(memory_mb: int) -> None:
-    """Cap the address space at what is mapped now plus ``memory_mb``; few malloc arenas, so
-    that threads do not each reserve 64 MB of it."""
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(_M_ARENA_MAX, _ARENAS)
-    except (OSError, AttributeError):  # not glibc
-        pass
-    limit = _address_space_bytes() + memory_mb * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-
 def _examine(
     doctor: Doctor, link: _Link, request: dict[str, Any], memory_mb: int
 ) -> tuple[Any, ...]:
@@ -251,7 +229,7 @@ def serve(conn: Connection, setup: dict[str, Any], settings: Settings) -> None:
     engine = Engine(model, compiler, settings, owns_compiler=False)
     doctor = Doctor(engine)
     doctor.vocab()
-    _cap_memory(settings.doctor_memory_mb)
+    cap_memory(settings.doctor_memory_mb)
     link.send(("ready",))
     while True:
         message = link.inbox.get()
