@@ -15,6 +15,9 @@ __all__ = [
     "MaskingLibrary",
     "Preset",
     "PresetName",
+    "REASONING_HELP",
+    "ReasoningMode",
+    "ReasoningName",
     "SourceKind",
     "SourceKindName",
 ]
@@ -29,6 +32,25 @@ class GrammarKind(StrEnum):
     REGEX = "regex"
     STRUCTURAL_TAG = "structural_tag"
     TOOLS = "tools"
+
+
+class ReasoningMode(StrEnum):
+    """What the serving stack does while the model reasons (a session's or replay's
+    ``reasoning``)."""
+
+    NONE = "none"
+    MASK_AFTER_END = "mask_after_end"
+    MASK_EVERYWHERE = "mask_everywhere"
+
+
+ReasoningName = Literal["none", "mask_after_end", "mask_everywhere"]
+
+#: The request field's description (OpenAPI, the CLI).
+REASONING_HELP = (
+    "what the serving stack does while the model reasons: none (the grammar from token 0, as "
+    "built), mask_after_end (no mask until the reasoning's end marker: vLLM's default with a "
+    "reasoning parser), mask_everywhere (the grammar from token 0: vLLM's enable_in_reasoning)"
+)
 
 
 class SourceKind(StrEnum):

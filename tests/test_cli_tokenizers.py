@@ -69,3 +69,30 @@ def test_nothing_to_replay_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture
     args = ["replay", "--schema", _tag(tmp_path, reasoning=True), "--kind", "structural_tag"]
     assert main(args) == 2
     assert "give --text, --token-ids or --log" in capsys.readouterr().err
+
+
+def test_a_logged_batch_is_replayed_as_vllm_applied_it_after_the_reasoning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vLLM's qwen3_coder tag (its own code, .venv-vllm) with the qwen3 reasoning parser: under
+    mask_after_end the ids up to ``</think>`` are the reasoning, walked with no mask, as vLLM
+    walked them, and the blank line after it is refused: ``required`` wants ``<tool_call>`` at
+    once (vLLM PR #46272's failure); from token 0 (``none``) the tag refuses earlier."""
+    source = tmp_path / "tools.json"
+    source.write_text(json.dumps({
+        "builder": "vllm", "format": "qwen3_coder", "reasoning_parser": "qwen3",
+        "tools": [{**WEATHER, "function": {**WEATHER["function"], "strict": True}}],
+        "tool_choice": "required",
+    }))  # fmt: skip
+    base = ["replay", "--schema", str(source), "--kind", "tools", "--model", "qwen3.6",
+            "--log", LOG, "--json"]  # fmt: skip
+    main([*base, "--reasoning", "mask_after_end"])
+    after_end = json.loads(capsys.readouterr().out)
+    assert [t["masked"] for t in after_end["tokens"][:2]] == [False, False]
+    refusal = after_end["refusal"]
+    assert refusal["index"] == 2 and refusal["token_id"] == 271
+    assert "<tool_call>" in refusal["allowed_tokens"]
+    main(base)
+    from_start = json.loads(capsys.readouterr().out)
+    assert all(t["masked"] for t in from_start["tokens"])
+    assert from_start["refusal"] is not None and from_start["refusal"]["index"] < 2

@@ -36,6 +36,7 @@ KIND_BY_SUFFIX = {".json": "json_schema", ".py": "pydantic", ".ebnf": "ebnf", ".
 KINDS = tuple(kind.value for kind in vocabulary.SourceKind)
 PRESETS = tuple(preset.value for preset in vocabulary.Preset)
 ENGINES = tuple(library.value for library in vocabulary.MaskingLibrary)
+REASONING_MODES = tuple(mode.value for mode in vocabulary.ReasoningMode)
 
 
 def add_grammar_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +77,16 @@ def add_compare_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compare", choices=ENGINES,
         help="compare mode: this engine follows the same tokens and its differences are shown",
+    )  # fmt: skip
+
+
+def add_reasoning_argument(parser: argparse.ArgumentParser) -> None:
+    """``--reasoning``: what the serving stack does while the model reasons."""
+    parser.add_argument(
+        "--reasoning", choices=REASONING_MODES, default=vocabulary.ReasoningMode.NONE.value,
+        help="what the serving stack does while the model reasons: none (the grammar from token "
+        "0), mask_after_end (no mask until the reasoning's end marker: vLLM's default with a "
+        "reasoning parser), mask_everywhere",
     )  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from app.cli.options import (
     add_compare_argument,
     add_grammar_arguments,
+    add_reasoning_argument,
     compare_library,
     grammar_request,
     load_engine,
@@ -45,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the replay as JSON")
     add_compare_argument(parser)
+    add_reasoning_argument(parser)
 
 
 def _ids(args: argparse.Namespace) -> list[int] | None:
@@ -76,11 +78,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.text is None and token_ids is None:
         print("replay: give --text, --token-ids or --log (or several)", file=sys.stderr)
         return 2
+    from app.vocabulary import ReasoningMode
+
     spec = grammar_request(args, settings).spec
     engine = load_engine(args, settings)
     try:
         result = engine.replay(
-            spec, text=args.text, token_ids=token_ids, compare=compare_library(args)
+            spec,
+            text=args.text,
+            token_ids=token_ids,
+            compare=compare_library(args),
+            reasoning=ReasoningMode(args.reasoning),
         )
     finally:
         engine.close()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from app.cli.options import (
     add_compare_argument,
     add_grammar_arguments,
+    add_reasoning_argument,
     compare_library,
     grammar_request,
     load_engine,
@@ -40,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="sampling seed (random when omitted)")
     parser.add_argument("--json", action="store_true", help="JSON Lines: one step record a line")
     add_compare_argument(parser)
+    add_reasoning_argument(parser)
 
 
 def _messages(args: argparse.Namespace, schema: str) -> list[ChatMessage]:
@@ -56,6 +58,7 @@ def _messages(args: argparse.Namespace, schema: str) -> list[ChatMessage]:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Generate, printing each step; exit 0 when the output is complete and valid, 1 otherwise."""
     from app.engine import GrammarKind, SamplingParams
+    from app.vocabulary import ReasoningMode
 
     request = grammar_request(args, settings)
     messages = _messages(args, request.spec.source)
@@ -68,6 +71,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             sampling=SamplingParams.create(args.temperature, args.top_p, args.seed),
             max_tokens=args.steps,
             compare=compare_library(args),
+            reasoning=ReasoningMode(args.reasoning),
         )
         for warning in session.grammar.warnings:
             print(f"{args.engine}: {warning}", file=sys.stderr)

@@ -36,12 +36,12 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 from app.engine.grammar import CompileResult, GrammarKind
 from app.engine.tools.compile import tag_source
 from app.exceptions import InvalidInput
+from app.vocabulary import REASONING_HELP, ReasoningMode, ReasoningName
 
 __all__ = [
     "REASONING_HELP",
@@ -55,24 +55,6 @@ __all__ = [
     "reasoning_end",
     "tag_of",
 ]
-
-
-ReasoningName = Literal["none", "mask_after_end", "mask_everywhere"]
-
-#: The request field's description (OpenAPI, the CLI).
-REASONING_HELP = (
-    "what the serving stack does while the model reasons: none (the grammar from token 0, as "
-    "built), mask_after_end (no mask until the reasoning's end marker: vLLM's default with a "
-    "reasoning parser), mask_everywhere (the grammar from token 0: vLLM's enable_in_reasoning)"
-)
-
-
-class ReasoningMode(StrEnum):
-    """What the serving stack does while the model reasons (the request's ``reasoning``)."""
-
-    NONE = "none"
-    MASK_AFTER_END = "mask_after_end"
-    MASK_EVERYWHERE = "mask_everywhere"
 
 
 @dataclass(frozen=True, slots=True)
