@@ -33,7 +33,8 @@ def _session(client: TestClient, **overrides: str) -> str:
 
 
 PLAYGROUND_SCRIPTS = [
-    "core", "editor", "config", "inspector", "timeline", "session", "replay", "keys", "layout",
+    "core", "editor", "config", "tools", "inspector", "timeline", "session", "replay", "keys",
+    "layout",
 ]  # fmt: skip
 
 
