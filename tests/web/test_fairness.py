@@ -222,7 +222,8 @@ def test_a_full_server_makes_room_only_from_a_client_past_its_fair_share(
 
 
 def test_the_memory_budget_evicts_the_heaviest_clients_session_first(engine: Engine) -> None:
-    # One stepped session holds about 15 MB here (its prompt's KV cache): 40 MB holds two.
+    # A stepped session holds about 18 MB here (its prompt's KV cache, room to grow included):
+    # 40 MB holds two.
     app = create_app(Settings(max_kv_mb=40), engine=engine)
     with served(app) as url, _clients(url, A, B) as (a, b):
         theirs = _open(b)

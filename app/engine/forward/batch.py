@@ -96,8 +96,9 @@ class GrowingLayer(DynamicLayer):  # type: ignore[misc]  # transformers is untyp
 
     ``DynamicLayer`` appends a token by concatenating: a copy of the whole layer at every step,
     for every session (O(total KV) a batch). Here a token is written in place and the buffers
-    grow by half when full (amortised O(1); the spare room stays under a third of them); a crop
-    is a shorter view of the same buffers, which the next token overwrites.
+    grow by a quarter when full (amortised O(1); the spare room stays under a fifth of them, so
+    that a long prompt's cache is not half as large again once decoding starts); a crop is a
+    shorter view of the same buffers, which the next token overwrites.
     """
 
     _buffers: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -111,7 +112,7 @@ class GrowingLayer(DynamicLayer):  # type: ignore[misc]  # transformers is untyp
         held = self.get_seq_length()
         length = held + key_states.shape[-2]
         if not self._fits(length):
-            self._grow(key_states, value_states, held, length + max(64, length // 2))
+            self._grow(key_states, value_states, held, length + max(64, length // 4))
         assert self._buffers is not None
         keys, values = self._buffers
         keys[:, :, held:length] = key_states
