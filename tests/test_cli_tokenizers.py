@@ -81,7 +81,8 @@ def test_a_logged_batch_is_replayed_as_vllm_applied_it_after_the_reasoning(
     source = tmp_path / "tools.json"
     source.write_text(json.dumps({
         "builder": "vllm", "format": "qwen3_coder", "reasoning_parser": "qwen3",
-        "tools": [{**WEATHER, "function": {**WEATHER["function"], "strict": True}}],
+        "tools": [{"type": "function", "function": {
+            "name": "get_weather", "strict": True, "parameters": CITY}}],
         "tool_choice": "required",
     }))  # fmt: skip
     base = ["replay", "--schema", str(source), "--kind", "tools", "--model", "qwen3.6",
