@@ -201,6 +201,18 @@ class _Gathered:
     free: list[Message] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
 
+    def report(self, seed: int, backends: tuple[BackendRow, ...], costs: Costs) -> DoctorReport:
+        """What was gathered over every leaf, as one report."""
+        return DoctorReport(
+            tuple(self.keywords),
+            tuple(self.witnesses),
+            _search(self.searches, seed),
+            _enforcement(self.checked),
+            backends,
+            costs,
+            tuple(self.findings),
+        )
+
 
 def examine_tools(
     doctor: Doctor, grammar: CompileResult, *, seed: int, budget_ms: int, max_tokens: int | None
@@ -245,15 +257,7 @@ def examine_tools(
             _examine_leaf(doctor, tool, prefix, line_of, seed, share, out)
     costs = _whole_tag_costs(doctor, grammar, seed, share, max_tokens)
     backends = _backends(out, grammar.warnings, build, builder)
-    return DoctorReport(
-        tuple(out.keywords),
-        tuple(out.witnesses),
-        _search(out.searches, seed),
-        _enforcement(out.checked),
-        backends,
-        costs,
-        tuple(out.findings),
-    )
+    return out.report(seed, backends, costs)
 
 
 def examine_tag(
@@ -284,15 +288,7 @@ def examine_tag(
     costs = _whole_tag_costs(doctor, grammar, seed, share, max_tokens)
     build = ToolsBuild(tag, None, None, {})
     backends = _backends(out, grammar.warnings, build, "structural_tag")
-    return DoctorReport(
-        tuple(out.keywords),
-        tuple(out.witnesses),
-        _search(out.searches, seed),
-        _enforcement(out.checked),
-        backends,
-        costs,
-        tuple(out.findings),
-    )
+    return out.report(seed, backends, costs)
 
 
 def _whole_tag_costs(
