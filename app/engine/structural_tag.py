@@ -23,7 +23,7 @@ from app.engine.jsonschema_safe import error_list, meta_validator
 from app.exceptions import GrammarError
 from app.paths import pointer_from_parts
 
-__all__ = ["TAG_NOT_CARRIED", "Leaf", "ParsedTag", "parse_tag", "tag_error"]
+__all__ = ["TAG_NOT_CARRIED", "Leaf", "ParsedTag", "json_object", "parse_tag", "tag_error"]
 
 #: The compile options a structural tag does not take: ``compile_structural_tag`` has no
 #: options (its ``json_schema`` leaves carry their own ``style``, ``any_order``,
@@ -92,6 +92,25 @@ def tag_error(
     return GrammarError(message, pointer=pointer, line=line, column=column)
 
 
+def json_object(source: str, what: str) -> dict[str, Any]:
+    """``source`` parsed as a JSON object (a structural tag, a tools source: ``what``).
+
+    Raises:
+        GrammarError: not JSON (with its line and column), nested too deeply, or not an object.
+    """
+    try:
+        data = json.loads(source)
+    except json.JSONDecodeError as exc:
+        raise GrammarError(f"invalid JSON: {exc.msg}", line=exc.lineno, column=exc.colno) from None
+    except RecursionError:
+        raise GrammarError(f"invalid {what}: nested too deeply to parse") from None
+    if not isinstance(data, dict):
+        raise GrammarError(
+            f"a {what} is a JSON object, got {type(data).__name__}", line=1, column=1
+        )
+    return data
+
+
 def parse_tag(source: str) -> ParsedTag:
     """Parse and validate a structural tag (current or legacy form).
 
@@ -100,16 +119,7 @@ def parse_tag(source: str) -> ParsedTag:
             pydantic's location names), or a ``json_schema`` leaf that is not a valid JSON
             Schema (pointed to inside the leaf).
     """
-    try:
-        data = json.loads(source)
-    except json.JSONDecodeError as exc:
-        raise GrammarError(f"invalid JSON: {exc.msg}", line=exc.lineno, column=exc.colno) from None
-    except RecursionError:
-        raise GrammarError("invalid structural tag: nested too deeply to parse") from None
-    if not isinstance(data, dict):
-        raise GrammarError(
-            f"a structural tag is a JSON object, got {type(data).__name__}", line=1, column=1
-        )
+    data = json_object(source, "structural tag")
     if "format" not in data and ("structures" in data or "triggers" in data):
         parsed = _legacy(source, data)
     else:

@@ -19,7 +19,7 @@ import jsonschema
 
 from app.engine.jsonpointer import locate
 from app.engine.jsonschema_safe import error_list, meta_validator
-from app.engine.structural_tag import tag_error
+from app.engine.structural_tag import json_object, tag_error
 from app.engine.tools.base import ToolFormat, ToolsRequest
 from app.exceptions import GrammarError
 from app.paths import pointer_from_parts
@@ -123,16 +123,7 @@ def parse_tools(source: str, formats_of: FormatsOf | None = None) -> ParsedTools
             without ``function.name``, parameters that are not a JSON Schema, a ``tool_choice``
             naming no tool... with the pointer to it.
     """
-    try:
-        data = json.loads(source)
-    except json.JSONDecodeError as exc:
-        raise GrammarError(f"invalid JSON: {exc.msg}", line=exc.lineno, column=exc.colno) from None
-    except RecursionError:
-        raise GrammarError("invalid tools source: nested too deeply to parse") from None
-    if not isinstance(data, dict):
-        raise GrammarError(
-            f"a tools source is a JSON object, got {type(data).__name__}", line=1, column=1
-        )
+    data = json_object(source, "tools source")
     for key in data:
         if key not in _FIELDS:
             raise tag_error(
