@@ -9,7 +9,15 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.caps import (
@@ -53,6 +61,18 @@ _HOST = re.compile(
 )
 
 
+def _not_local(value: str) -> str:
+    if value == LOCAL_MODEL_ID:
+        raise ValueError(f"{LOCAL_MODEL_ID!r} is the local model's id")
+    return value
+
+
+#: The id of a configured model other than the local one (what requests name it by).
+ModelId = Annotated[
+    str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"), AfterValidator(_not_local)
+]
+
+
 class RemoteEngineSpec(BaseModel):
     """One OpenAI-compatible vLLM endpoint that Maskscope drives (an entry of
     ``MASKSCOPE_REMOTE_ENGINES``).
@@ -73,19 +93,12 @@ class RemoteEngineSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    id: ModelId
     url: str
     model: str = Field(min_length=1)
     tokenizer: str = Field(min_length=1)
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     top_logprobs: int | None = Field(default=None, ge=1)
-
-    @field_validator("id")
-    @classmethod
-    def _not_local(cls, value: str) -> str:
-        if value == LOCAL_MODEL_ID:
-            raise ValueError(f"{LOCAL_MODEL_ID!r} is the local model's id")
-        return value
 
     @field_validator("url")
     @classmethod
@@ -115,17 +128,10 @@ class TokenizerSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    id: ModelId
     tokenizer: str = Field(min_length=1)
     vocab_size: int | None = Field(default=None, ge=1)
     stop_token_ids: list[int] | None = None
-
-    @field_validator("id")
-    @classmethod
-    def _not_local(cls, value: str) -> str:
-        if value == LOCAL_MODEL_ID:
-            raise ValueError(f"{LOCAL_MODEL_ID!r} is the local model's id")
-        return value
 
 
 #: The tokenizer-only models listed when ``MASKSCOPE_TOKENIZERS`` is not set: the shipped ones.
