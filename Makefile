@@ -25,6 +25,8 @@ VLLM_TORCH := torch==2.13.0+cpu
 VLLM_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VLLM_HOST ?= 127.0.0.1
 VLLM_PORT ?= 8100
+# `make test` runs the tests on this many pytest-xdist workers (0: in one process, serially).
+TEST_WORKERS ?= 2
 
 .PHONY: run test lint bench install browser postgres proxy vendor vllm vllm-install
 
@@ -32,7 +34,7 @@ run: install
 	$(PY) -m app serve --host $(HOST) --port $(PORT)
 
 test: install browser postgres proxy vllm-install
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: install
 	$(VENV)/bin/ruff check .

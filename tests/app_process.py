@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.artifacts import artifact_path
 from tests.conftest import free_port
 
 __all__ = ["ARTIFACTS", "ROOT", "AppProcess"]
@@ -37,7 +38,7 @@ class AppProcess:
         self.port = free_port() if port is None else port
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, **env}
-        self.log_path = ARTIFACTS / f"app-{name}.log"
+        self.log_path = artifact_path(f"app-{name}")
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, *, wait: bool = True) -> None:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
@@ -19,6 +24,7 @@ from app.engine.model import checkpoint_source
 from app.main import create_app
 from app.settings import Settings
 from app.web.security import CSRF_COOKIE, CSRF_HEADER, CsrfSigner
+from tests.parallel import GroupScheduling, group_of, groups_file
 from tests.postgres_server import PostgresServer
 from tests.vllm_server import VllmServer
 
@@ -35,16 +41,59 @@ _VLLM_SERVERS = {
 }
 _VLLM_STARTUP_S = 900.0
 _vllm_servers: dict[str, VllmServer] = {}
+# Under pytest-xdist (`make test` runs 2 workers) the controller process owns the vLLM servers,
+# so that none stops while a worker still uses it: the workers write the servers their tests
+# want to this directory, and the controller writes back each server's port and pid.
+_SHARED_DIR_KEY = "maskscope_shared_dir"
+_shared_dirs: list[Path] = []
+# Every test on a vLLM server runs in one worker, one after the other (one server per session;
+# some stop its proxy or change what it serves).
+_REMOTE_GROUP = "remote"
+
+
+def _uses_vllm(item: pytest.Item) -> bool:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return item.get_closest_marker("remote") is not None or bool(fixtures & set(_VLLM_SERVERS))
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Put every test on a vLLM server in one xdist group."""
+    if _uses_vllm(item):
+        item.add_marker(pytest.mark.xdist_group(_REMOTE_GROUP))
 
 
 @pytest.hookimpl(trylast=True)  # after -m and -k have deselected what will not run
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Start the vLLM servers that the collected tests use (each once, in the background), and
-    run the tests that use them last, so that they start while the other tests run."""
-    items.sort(key=lambda item: item.get_closest_marker("remote") is not None)
+    run the tests that use them last, so that they start while the other tests run (under
+    xdist: halfway, on one worker while the other runs the rest)."""
+    items.sort(key=_uses_vllm)
     used = {name for item in items for name in getattr(item, "fixturenames", ())}
-    wanted = used & set(_VLLM_SERVERS)
-    for name in sorted(wanted - set(_vllm_servers)):
+    wanted = sorted(used & set(_VLLM_SERVERS))
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput is not None:  # an xdist worker: the controller schedules and starts them
+        items[:] = _remote_halfway(items)
+        shared = Path(workerinput[_SHARED_DIR_KEY])
+        groups = {item.nodeid: group for item in items if (group := group_of(item)) is not None}
+        _write_json(groups_file(shared), groups)
+        _write_json(shared / "wanted.json", wanted)
+        return
+    _start_vllm_servers(wanted)
+
+
+def _remote_halfway(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` (the remote ones last) with the remote ones moved to the first module boundary
+    past half of the others: the order in which the scheduler hands out the work units."""
+    remote = [item for item in items if _uses_vllm(item)]
+    others = items[: len(items) - len(remote)]
+    cut = len(others) // 2
+    while 0 < cut < len(others) and others[cut].path == others[cut - 1].path:
+        cut += 1
+    return others[:cut] + remote + others[cut:]
+
+
+def _start_vllm_servers(names: list[str]) -> None:
+    for name in sorted(set(names) - set(_vllm_servers)):
         label, flags = _VLLM_SERVERS[name]
         server = VllmServer(
             label, model_dir=checkpoint_source(Settings()), port=free_port(), extra=flags
@@ -53,28 +102,80 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         _vllm_servers[name] = server
 
 
+def _write_json(path: Path, value: Any) -> None:
+    """Write ``value`` to ``path`` at once (a reader never sees half of it)."""
+    partial = path.with_name(f"{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(value))
+    os.replace(partial, path)
+
+
+def _shared_dir() -> Path:
+    if not _shared_dirs:
+        _shared_dirs.append(Path(tempfile.mkdtemp(prefix="maskscope-xdist-")))
+    return _shared_dirs[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """(xdist controller) Tell each worker the directory it shares with the controller."""
+    node.workerinput[_SHARED_DIR_KEY] = str(_shared_dir())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> GroupScheduling | None:
+    """(xdist controller) ``--dist loadgroup``: :class:`tests.parallel.GroupScheduling`."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return GroupScheduling(config, log, _shared_dir())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: Any) -> None:
+    """(xdist controller) Start the vLLM servers the workers' tests want, once, before any test
+    runs, and tell the workers where they are."""
+    shared = _shared_dir()
+    wanted = shared / "wanted.json"
+    if not wanted.exists():  # a worker whose collection failed
+        return
+    names: list[str] = json.loads(wanted.read_text())
+    _start_vllm_servers(names)
+    for name in names:
+        server = _vllm_servers[name]
+        _write_json(shared / f"{name}.json", {"port": server.port, "pid": server.pid})
+
+
 def pytest_sessionfinish() -> None:
     """Stop every vLLM server this session started."""
     for server in _vllm_servers.values():
         server.stop()
+    for shared in _shared_dirs:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
-def _vllm(name: str) -> VllmServer:
+def _vllm(request: pytest.FixtureRequest, name: str) -> VllmServer:
+    workerinput: dict[str, Any] | None = getattr(request.config, "workerinput", None)
+    if workerinput is not None and name not in _vllm_servers:  # started by the controller
+        label, flags = _VLLM_SERVERS[name]
+        where = json.loads((Path(workerinput[_SHARED_DIR_KEY]) / f"{name}.json").read_text())
+        _vllm_servers[name] = VllmServer.attach(
+            label, model_dir=checkpoint_source(Settings()), port=where["port"],
+            pid=where["pid"], extra=flags,
+        )  # fmt: skip
     server = _vllm_servers[name]
     server.wait_ready(_VLLM_STARTUP_S)
     return server
 
 
 @pytest.fixture(scope="session")
-def vllm_server() -> VllmServer:
+def vllm_server(request: pytest.FixtureRequest) -> VllmServer:
     """A real ``vllm serve`` of the local model's checkpoint, as ``make vllm`` starts it."""
-    return _vllm("vllm_server")
+    return _vllm(request, "vllm_server")
 
 
 @pytest.fixture(scope="session")
-def vllm_capped_server() -> VllmServer:
+def vllm_capped_server(request: pytest.FixtureRequest) -> VllmServer:
     """The same, with vLLM's default cap of 20 logprobs a request."""
-    return _vllm("vllm_capped_server")
+    return _vllm(request, "vllm_capped_server")
 
 
 @pytest.fixture(scope="session")

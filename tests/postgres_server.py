@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psycopg
 
+from tests.artifacts import artifact_path
+
 __all__ = ["PostgresServer", "postgres_bin"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +46,7 @@ class PostgresServer:
         self.port = port
         self.bin = postgres_bin()
         self.directory = Path(tempfile.mkdtemp(prefix="maskscope-pg-"))
-        self.log_path = ARTIFACTS / "postgres.log"
+        self.log_path = artifact_path("postgres")
         self._process: subprocess.Popen[bytes] | None = None
 
     def _as_postgres(self, *command: str) -> list[str]:

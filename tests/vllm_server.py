@@ -48,6 +48,26 @@ class VllmServer:
             vllm=str(VLLM), model_dir=model_dir, host="127.0.0.1", port=port
         ) + list(extra)
         self._process: subprocess.Popen[bytes] | None = None
+        # The server's pid when another process of the test run started it (attach()).
+        self._attached_pid: int | None = None
+
+    @classmethod
+    def attach(
+        cls, name: str, *, model_dir: str, port: int, pid: int, extra: Sequence[str] = ()
+    ) -> VllmServer:
+        """The server that another process of the test run started (the xdist controller):
+        this one waits for it and uses it, and never stops it."""
+        server = cls(name, model_dir=model_dir, port=port, extra=extra)
+        server._attached_pid = pid
+        return server
+
+    @property
+    def pid(self) -> int:
+        """The server's pid (its process group's id too)."""
+        if self._attached_pid is not None:
+            return self._attached_pid
+        assert self._process is not None, "start() first"
+        return self._process.pid
 
     def start(self) -> None:
         """Launch the server in its own process group, niced; returns at once."""
@@ -69,18 +89,17 @@ class VllmServer:
     def wait_ready(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` more for ``GET /health`` to answer 200; fail with the log's
         tail if it does not."""
-        assert self._process is not None, "start() first"
         try:  # back to a normal priority, for the whole group, now that tests wait for it
-            os.setpriority(os.PRIO_PGRP, self._process.pid, 0)
+            os.setpriority(os.PRIO_PGRP, self.pid, 0)
         except PermissionError:  # lowering a nice value needs CAP_SYS_NICE: stay niced
+            pass
+        except ProcessLookupError:  # exited already: said below
             pass
         # Counted from now: a server started in the background may have waited for a long suite.
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise AssertionError(
-                    f"vllm serve exited ({self._process.returncode}):\n{self._tail()}"
-                )
+            if (exited := self._exited()) is not None:
+                raise AssertionError(f"vllm serve exited ({exited}):\n{self._tail()}")
             try:
                 if httpx.get(f"{self.root_url}/health", timeout=2).status_code == 200:
                     return
@@ -89,8 +108,21 @@ class VllmServer:
             time.sleep(0.5)
         raise AssertionError(f"vllm serve was not ready after {timeout_s:.0f} s:\n{self._tail()}")
 
+    def _exited(self) -> str | None:
+        """How the server exited (its status, or "gone"), or None while it runs."""
+        if self._process is not None:
+            code = self._process.poll()
+            return None if code is None else str(code)
+        # Another process's child: gone, or a zombie its parent has not reaped yet.
+        try:
+            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return "gone"
+        return "gone" if state in ("Z", "X") else None
+
     def stop(self) -> None:
-        """Stop the whole process group: SIGTERM, then SIGKILL after 20 s."""
+        """Stop the whole process group: SIGTERM, then SIGKILL after 20 s (a server this process
+        only attached to is left to the process that started it)."""
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
             return

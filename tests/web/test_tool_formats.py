@@ -38,7 +38,7 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
                 "reason": STARTING,
             }
         ]
-        time.sleep(1)
+        time.sleep(0.2)
 
 
 def test_every_row_has_the_contracts_fields(rows: list[dict[str, Any]]) -> None:
