@@ -40,6 +40,8 @@ class Watched:
         remotes: the remote engines.
         ready: whether the local model is loaded.
         stopping: whether the server is shutting down.
+        batches: the local model's batched steps so far: (forward passes, the rows they
+            served); (0, 0) before the model is loaded.
     """
 
     pools: Pools
@@ -47,6 +49,7 @@ class Watched:
     remotes: RemoteEngines
     ready: Callable[[], bool]
     stopping: Callable[[], bool]
+    batches: Callable[[], tuple[int, int]] = lambda: (0, 0)
 
 
 class Metrics:
@@ -136,6 +139,17 @@ class _StateCollector(Collector):
         for engine_id, slot in state.remotes.slots.items():
             remote.add_metric([engine_id], int(slot.engine is not None))
         yield remote
+        passes, rows = state.batches()
+        yield CounterMetricFamily(
+            "maskscope_forward_batches",
+            "Forward passes of one-token steps on the local model (each serves one batch)",
+            value=passes,
+        )
+        yield CounterMetricFamily(
+            "maskscope_forward_batch_rows",
+            "Sessions' steps those forward passes served (over the passes: the mean batch size)",
+            value=rows,
+        )
         yield GaugeMetricFamily(
             "maskscope_shutting_down",
             "Whether the server is stopping (SIGTERM)",

@@ -87,12 +87,20 @@ class AppState:
                 self.remotes,
                 ready=lambda: self.ready,
                 stopping=lambda: self.shutdown.started,
+                batches=self._batch_counts,
             )
         )
 
     def render(self, name: str, context: dict[str, Any]) -> str:
         """A template rendered to a string (fragments, stream events)."""
         return self.templates.get_template(name).render(context)
+
+    def _batch_counts(self) -> tuple[int, int]:
+        """The local model's batched steps so far: (forward passes, rows served)."""
+        if self.engine is None:
+            return (0, 0)
+        counts = self.engine.model.batcher.counts
+        return (counts.batches, counts.rows)
 
     @property
     def ready(self) -> bool:
