@@ -5,7 +5,8 @@ the server's RSS before (after warm-up), during (peak) and after the sessions ex
 count of answers that were not 2xx. Target: no errors; RSS after within 20% of the baseline.
 It first runs one session alone, in the same server: the N sessions' throughput over that one
 session's is the batching ratio (target: 8 sessions >= 3x one session's tokens/s, the steps
-waiting at once sharing one forward pass).
+waiting at once sharing one forward pass), and the mean batch size the server's ``/metrics``
+report for each phase (steps per forward pass), with the prompts copied from an identical one.
 
 Usage: ``.venv/bin/python bench/load.py [--sessions 8] [--steps 50] [--ttl 15]``
 """
@@ -29,6 +30,27 @@ def _rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def _forward(base: str) -> dict[str, float]:
+    """The server's forward-pass counters (``maskscope_forward_*_total``), by short name."""
+    text = httpx.get(f"{base}/metrics", timeout=30).text
+    prefix = "maskscope_forward_"
+    return {
+        line.split()[0][len(prefix) : -len("_total")]: float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith(prefix) and line.split()[0].endswith("_total")
+    }
+
+
+def _moved(before: dict[str, float], after: dict[str, float]) -> str:
+    """The mean batch size and the prompts reused between two scrapes."""
+    batches = after["batches"] - before["batches"]
+    rows = after["batch_rows"] - before["batch_rows"]
+    prompts = after["prompts"] - before["prompts"]
+    reused = after["prompts_reused"] - before["prompts_reused"]
+    return (f"{rows / max(batches, 1):.2f} steps per forward pass ({rows:.0f} in {batches:.0f}); "
+            f"prompts copied {reused:.0f} of {prompts:.0f}")  # fmt: skip
 
 
 def _session_body(steps: int) -> dict[str, object]:
@@ -81,7 +103,9 @@ def main() -> int:
         errors: list[str] = []
         for _ in range(2):  # warm-up: compile caches, allocator pools, first-forward costs
             _run_session(base, args.steps, warm, errors)
+        counted = _forward(base)
         alone = _alone(base, args.steps, errors)
+        alone_batches = _moved(counted, counted := _forward(base))
         time.sleep(args.ttl + min(args.ttl / 2, 30) + 2)  # the warm-up sessions expire
         baseline = _rss_mb(pid)
 
@@ -104,6 +128,7 @@ def main() -> int:
         for worker in workers:
             worker.join()
         elapsed = time.perf_counter() - started
+        batches = _moved(counted, _forward(base))
         done.set()
         sampler.join()
         time.sleep(args.ttl + min(args.ttl / 2, 30) + 2)  # every session expires
@@ -118,6 +143,8 @@ def main() -> int:
     ratio = tokens / elapsed / alone
     print(f"one session alone (same server, same run): {alone:.1f} tokens/s; "
           f"{args.sessions} sessions = {ratio:.2f}x (target for 8: >= 3x)")  # fmt: skip
+    print(f"batches: one session alone {alone_batches}")
+    print(f"batches: {args.sessions} sessions {batches}")
     print(f"step latency per session: p50 {statistics.median(gaps):.0f} ms, "
           f"p95 {statistics.quantiles(gaps, n=20)[-1]:.0f} ms")  # fmt: skip
     print(

@@ -20,7 +20,7 @@ from app.settings import LOCAL_MODEL_ID, Settings
 from app.store import open_store
 from app.web import render
 from app.web.executors import Pools
-from app.web.metrics import Metrics, Watched
+from app.web.metrics import ForwardFigures, Metrics, Watched
 from app.web.services.sessions import SessionStore
 from app.web.stopping import Shutdown
 
@@ -87,7 +87,7 @@ class AppState:
                 self.remotes,
                 ready=lambda: self.ready,
                 stopping=lambda: self.shutdown.started,
-                batches=self._batch_counts,
+                forward=self._forward_figures,
             )
         )
 
@@ -95,12 +95,12 @@ class AppState:
         """A template rendered to a string (fragments, stream events)."""
         return self.templates.get_template(name).render(context)
 
-    def _batch_counts(self) -> tuple[int, int]:
-        """The local model's batched steps so far: (forward passes, rows served)."""
+    def _forward_figures(self) -> ForwardFigures:
+        """The local model's forward passes so far."""
         if self.engine is None:
-            return (0, 0)
+            return ForwardFigures()
         counts = self.engine.model.batcher.counts
-        return (counts.batches, counts.rows)
+        return ForwardFigures(counts.batches, counts.rows, counts.prompts, counts.prompts_reused)
 
     @property
     def ready(self) -> bool:
