@@ -1,10 +1,21 @@
-"""The run stream: server-sent events, one per step, generated off the event loop."""
+"""The run stream: server-sent events, one per step, generated off the event loop.
+
+A run's steps are taken one after another on one thread, which never waits for the event loop:
+the event loop is told of each step and sends it meanwhile. A session's next forward pass is
+therefore asked for as soon as its step ends, and concurrent sessions meet in one batch (a hop
+through the event loop between two steps would leave each session's row late for it).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Literal, TypedDict
+
+import anyio
 
 from app.engine import StepRecord
 from app.exceptions import ShuttingDown
@@ -110,10 +121,12 @@ async def run_events(
                 # Only when nothing is left to send: the lock may have been held by a step an
                 # older stream started, whose record is then sent first.
                 if generating() and len(session.steps) == sent:
-                    try:
-                        await state.pools.steps.run(session.step)
-                    except ShuttingDown:
-                        pass  # the next turn sends the shutdown event
+                    stepping = _stepping(state, handle, run, disconnected)
+                    async with aclosing(stepping):  # its thread is done before the lock goes
+                        async for _ in stepping:
+                            for record in session.steps[sent:]:
+                                yield step_event(record)
+                                sent += 1
             state.sessions.enforce_memory(keep=handle)
         if not runs.current(run):
             return
@@ -128,3 +141,59 @@ async def run_events(
         yield {"event": "end", "id": END_ID, "data": ""}
     finally:
         runs.finish(run)
+
+
+async def _stepping(
+    state: AppState,
+    handle: SessionHandle,
+    run: int,
+    disconnected: Callable[[], Awaitable[bool]],
+) -> AsyncGenerator[None, None]:
+    """Step ``run`` on one thread of the step pool until it stops; yields after each step.
+
+    The thread stops before a step when the run is not generating any more (paused, taken
+    over, done), the server stops, or the client left (asked after each step sent). Until the
+    thread is done this never returns, cancelled or not: the session's lock is released only
+    once the work is really over.
+    """
+    session, runs = handle.session, handle.runs
+    loop = asyncio.get_running_loop()
+    told: asyncio.Queue[bool] = asyncio.Queue()
+    stop = threading.Event()
+
+    def tell() -> None:
+        try:
+            loop.call_soon_threadsafe(told.put_nowait, True)
+        except RuntimeError:  # the loop has closed: nobody listens any more
+            stop.set()
+
+    def steps() -> None:
+        while not stop.is_set() and runs.generating(run) and not session.done:
+            if state.shutdown.started:
+                return  # the stream sends the shutdown event
+            session.step()
+            tell()
+
+    job = asyncio.ensure_future(state.pools.steps.run(steps))
+    job.add_done_callback(lambda _: told.put_nowait(False))
+    try:
+        while await told.get():
+            yield
+            if await disconnected():
+                stop.set()
+            state.sessions.enforce_memory(keep=handle)
+        await job
+    except ShuttingDown:
+        pass  # the pool closed before the run began: the next turn sends the shutdown event
+    finally:
+        stop.set()
+        if not job.done():
+            # Starlette and sse-starlette cancel through anyio, again at every await: shield.
+            with anyio.CancelScope(shield=True):
+                try:
+                    await asyncio.wait([job])
+                except asyncio.CancelledError:
+                    await asyncio.wait([job])
+                    raise
+        if not job.cancelled():
+            job.exception()  # retrieved: when the stream left early, nobody else will
