@@ -79,8 +79,8 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.seconds = Histogram(
             "maskscope_work_seconds",
-            "Time a job ran on its pool's thread (step: a session's step, back or force; "
-            "compile: a compile that missed the cache; doctor: an examination)",
+            "Time a job ran on its pool's thread (step: a session's step, back or force, or a "
+            "stream's run; compile: a compile that missed the cache; doctor: an examination)",
             ["pool"],
             buckets=_BUCKETS,
             registry=self.registry,
