@@ -15,8 +15,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Literal, TypedDict
 
-import anyio
-
 from app.engine import StepRecord
 from app.exceptions import ShuttingDown
 from app.web.services.actions import step_response
@@ -117,16 +115,14 @@ async def run_events(
             if state.shutdown.started:
                 yield shutdown_event()
                 return
-            async with handle.lock:
-                # Only when nothing is left to send: the lock may have been held by a step an
-                # older stream started, whose record is then sent first.
-                if generating() and len(session.steps) == sent:
-                    stepping = _stepping(state, handle, run, disconnected)
-                    async with aclosing(stepping):  # its thread is done before the lock goes
-                        async for _ in stepping:
-                            for record in session.steps[sent:]:
-                                yield step_event(record)
-                                sent += 1
+            # Only when nothing is left to send: the lock may have been held by a step an older
+            # stream started, whose record is then sent first.
+            stepping = _stepping(state, handle, run, disconnected, sent=sent)
+            async with aclosing(stepping):
+                async for _ in stepping:
+                    for record in session.steps[sent:]:
+                        yield step_event(record)
+                        sent += 1
             state.sessions.enforce_memory(keep=handle)
         if not runs.current(run):
             return
@@ -148,15 +144,22 @@ async def _stepping(
     handle: SessionHandle,
     run: int,
     disconnected: Callable[[], Awaitable[bool]],
+    *,
+    sent: int,
 ) -> AsyncGenerator[None, None]:
-    """Step ``run`` on one thread of the step pool until it stops; yields after each step.
+    """Under the session's lock, if ``run`` is generating and the session holds ``sent`` steps
+    then, step it on one thread of the step pool until it stops; yields after each step.
 
     The thread stops before a step when the run is not generating any more (paused, taken
-    over, done), the server stops, or the client left (asked after each step sent). Until the
-    thread is done this never returns, cancelled or not: the session's lock is released only
-    once the work is really over.
+    over, done), the server stops, or the client left (asked after each step sent, and when
+    this generator is closed). The lock is released when the thread is done, whatever this
+    generator is doing then (a stream blocked on a slow client holds no lock).
     """
     session, runs = handle.session, handle.runs
+    await handle.lock.acquire()
+    if not (runs.generating(run) and not session.done and len(session.steps) == sent):
+        handle.lock.release()
+        return
     loop = asyncio.get_running_loop()
     told: asyncio.Queue[bool] = asyncio.Queue()
     stop = threading.Event()
@@ -174,8 +177,14 @@ async def _stepping(
             session.step()
             tell()
 
+    def over(job: asyncio.Future[None]) -> None:
+        handle.lock.release()
+        if not job.cancelled():
+            job.exception()  # retrieved: when the stream left early, nobody else will
+        told.put_nowait(False)
+
     job = asyncio.ensure_future(state.pools.steps.run(steps))
-    job.add_done_callback(lambda _: told.put_nowait(False))
+    job.add_done_callback(over)
     try:
         while await told.get():
             yield
@@ -187,13 +196,3 @@ async def _stepping(
         pass  # the pool closed before the run began: the next turn sends the shutdown event
     finally:
         stop.set()
-        if not job.done():
-            # Starlette and sse-starlette cancel through anyio, again at every await: shield.
-            with anyio.CancelScope(shield=True):
-                try:
-                    await asyncio.wait([job])
-                except asyncio.CancelledError:
-                    await asyncio.wait([job])
-                    raise
-        if not job.cancelled():
-            job.exception()  # retrieved: when the stream left early, nobody else will
