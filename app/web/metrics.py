@@ -21,13 +21,30 @@ from app.engine.remote.engines import RemoteEngines
 from app.web.executors import Pools
 from app.web.services.sessions import SessionStore
 
-__all__ = ["CONTENT_TYPE", "Metrics", "Watched"]
+__all__ = ["CONTENT_TYPE", "ForwardFigures", "Metrics", "Watched"]
 
 #: The exposition format's media type.
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 # From a cached step (milliseconds) to a Doctor's examination or a compile at its time limit.
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+@dataclass(frozen=True)
+class ForwardFigures:
+    """The local model's forward passes so far (all 0 before it is loaded).
+
+    Attributes:
+        batches: forward passes of one-token steps (each serves one batch).
+        rows: the sessions' steps they served (over ``batches``: the mean batch size).
+        prompts: prompts fed (a session's first step, or a prefix rebuilt).
+        prompts_reused: those copied from an earlier session's identical prompt.
+    """
+
+    batches: int = 0
+    rows: int = 0
+    prompts: int = 0
+    prompts_reused: int = 0
 
 
 @dataclass(frozen=True)
@@ -40,6 +57,7 @@ class Watched:
         remotes: the remote engines.
         ready: whether the local model is loaded.
         stopping: whether the server is shutting down.
+        forward: the local model's forward passes so far.
     """
 
     pools: Pools
@@ -47,6 +65,7 @@ class Watched:
     remotes: RemoteEngines
     ready: Callable[[], bool]
     stopping: Callable[[], bool]
+    forward: Callable[[], ForwardFigures] = ForwardFigures
 
 
 class Metrics:
@@ -60,8 +79,8 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.seconds = Histogram(
             "maskscope_work_seconds",
-            "Time a job ran on its pool's thread (step: a session's step, back or force; "
-            "compile: a compile that missed the cache; doctor: an examination)",
+            "Time a job ran on its pool's thread (step: a session's step, back or force, or a "
+            "stream's run; compile: a compile that missed the cache; doctor: an examination)",
             ["pool"],
             buckets=_BUCKETS,
             registry=self.registry,
@@ -136,6 +155,14 @@ class _StateCollector(Collector):
         for engine_id, slot in state.remotes.slots.items():
             remote.add_metric([engine_id], int(slot.engine is not None))
         yield remote
+        forward = state.forward()
+        for name, value, what in (
+            ("batches", forward.batches, "Forward passes of one-token steps on the local model"),
+            ("batch_rows", forward.rows, "Sessions' steps those forward passes served"),
+            ("prompts", forward.prompts, "Prompts fed to the local model"),
+            ("prompts_reused", forward.prompts_reused, "Prompts copied from an identical one"),
+        ):
+            yield CounterMetricFamily(f"maskscope_forward_{name}", what, value=value)
         yield GaugeMetricFamily(
             "maskscope_shutting_down",
             "Whether the server is stopping (SIGTERM)",

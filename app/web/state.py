@@ -20,7 +20,7 @@ from app.settings import LOCAL_MODEL_ID, Settings
 from app.store import open_store
 from app.web import render
 from app.web.executors import Pools
-from app.web.metrics import Metrics, Watched
+from app.web.metrics import ForwardFigures, Metrics, Watched
 from app.web.services.sessions import SessionStore
 from app.web.stopping import Shutdown
 
@@ -87,12 +87,20 @@ class AppState:
                 self.remotes,
                 ready=lambda: self.ready,
                 stopping=lambda: self.shutdown.started,
+                forward=self._forward_figures,
             )
         )
 
     def render(self, name: str, context: dict[str, Any]) -> str:
         """A template rendered to a string (fragments, stream events)."""
         return self.templates.get_template(name).render(context)
+
+    def _forward_figures(self) -> ForwardFigures:
+        """The local model's forward passes so far."""
+        if self.engine is None:
+            return ForwardFigures()
+        counts = self.engine.model.batcher.counts
+        return ForwardFigures(counts.batches, counts.rows, counts.prompts, counts.prompts_reused)
 
     @property
     def ready(self) -> bool:

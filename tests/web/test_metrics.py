@@ -78,6 +78,9 @@ def test_a_compile_and_a_session_s_steps_move_the_figures(client: TestClient) ->
     assert _value(after, "maskscope_queue_threads", pool="compile") == 2
     assert _value(after, "maskscope_queue_waiting", pool="compile") == 0
     assert _value(after, "maskscope_shutting_down") == 0
+    assert moved("maskscope_forward_prompts_total") == 1  # the session's prompt
+    assert moved("maskscope_forward_batches_total") >= 2  # its steps after the prompt
+    assert moved("maskscope_forward_batch_rows_total") >= moved("maskscope_forward_batches_total")
 
 
 def test_a_failed_compile_counts_under_its_error_code(client: TestClient) -> None:

@@ -1,12 +1,15 @@
-"""The run stream over a real socket: reconnects resume with every index exactly once, and a
-reconnect after ``end`` starts nothing."""
+"""The run stream over a real socket: reconnects resume with every index exactly once, a
+reconnect after ``end`` starts nothing, and concurrent streams share forward passes."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from typing import Any
 
 import httpx
+import pytest
 
 from app.engine import Engine
 from tests.web.conftest import session_body
@@ -97,3 +100,50 @@ def test_a_reconnect_to_a_run_that_ended_gets_its_end_and_generates_nothing(
     assert [int(e["id"]) for e in events if e["event"] == "step"] == list(range(2, steps))
     assert [e["event"] for e in events if e["event"] != "step"] == ["paused", "end"]
     assert _steps(live_server, session_id) == steps
+
+
+def _streamed(base: str, session_id: str) -> list[dict[str, Any]]:
+    url = f"{base}/api/sessions/{session_id}/events?format=json"
+    body = httpx.get(url, timeout=600).text
+    return [json.loads(e["data"]) for e in parse_events(body) if e["event"] == "step"]
+
+
+def _agree(alone: list[dict[str, Any]], batched: list[dict[str, Any]]) -> int:
+    """How many steps agree; fails where they differ by more than float error (a token may
+    differ only where the two best allowed logits are within 1e-2: batched products round
+    differently)."""
+    for index, (one, other) in enumerate(zip(alone, batched, strict=True)):
+        assert other["bitmask"] == one["bitmask"], index
+        mine = {t["token_id"]: t["logit"] for t in one["top"]}
+        for top in other["top"]:
+            if top["token_id"] in mine:
+                assert top["logit"] == pytest.approx(mine[top["token_id"]], abs=1e-3), index
+        if other["token_id"] != one["token_id"]:
+            best = sorted((t["logit"] for t in one["top"] if t["allowed"]), reverse=True)
+            assert best[0] - best[1] < 1e-2, f"step {index}: a token differs with a clear margin"
+            return index
+    return len(alone)
+
+
+def test_concurrent_streams_share_forward_passes_and_send_what_one_stream_alone_sends(
+    live_server: str, engine: Engine
+) -> None:
+    steps = 10
+    alone = _streamed(live_server, _session(live_server, max_tokens=steps))
+    assert len(alone) == steps
+    counts = engine.model.batcher.counts
+    before = (counts.batches, counts.rows, counts.prompts_reused)
+    ids = [_session(live_server, max_tokens=steps) for _ in range(3)]
+    streamed: dict[str, list[dict[str, Any]]] = {}
+    threads = [
+        threading.Thread(target=lambda i=i: streamed.update({i: _streamed(live_server, i)}))
+        for i in ids
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    assert counts.prompts_reused - before[2] == 3, "each prompt was copied from the first's"
+    assert counts.rows - before[1] > counts.batches - before[0], "the streams shared batches"
+    agreed = [_agree(alone, streamed[i]) for i in ids]
+    assert sum(agreed) >= 3 * (steps - 2), agreed

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -31,7 +32,17 @@ from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
-__all__ = ["ROWS_ATTENTION", "Batcher", "GrowingLayer", "enable_rows"]
+__all__ = [
+    "PROMPT_CACHE_BYTES",
+    "ROWS_ATTENTION",
+    "BatchCounts",
+    "Batcher",
+    "GrowingLayer",
+    "enable_rows",
+]
+
+#: The bytes of prompt caches a batcher keeps (keys, values and logits), least recently used out.
+PROMPT_CACHE_BYTES = 256 * 1024 * 1024
 
 #: The attention implementation a batched model runs with: sdpa, or sdpa row by row in a batch.
 ROWS_ATTENTION = "maskscope_rows"
@@ -162,11 +173,27 @@ class _Row:
 
 @dataclass
 class BatchCounts:
-    """What the batcher has run: forward passes and the rows they served."""
+    """What the batcher has run: forward passes of steps and the rows they served, and the
+    prompts it computed or copied from a session that had the same prompt before."""
 
     batches: int = 0
     rows: int = 0
     largest: int = 0
+    prompts: int = 0
+    prompts_reused: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class _KeptPrompt:
+    """A prompt's keys and values (every layer, exactly its length) and its next-token logits."""
+
+    layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+    logits: torch.Tensor
+
+    @property
+    def nbytes(self) -> int:
+        tensors = [t for pair in self.layers for t in pair] + [self.logits]
+        return sum(t.numel() * t.element_size() for t in tensors)
 
 
 class Batcher:
@@ -183,6 +210,8 @@ class Batcher:
         gather_share: how long a leader may wait for more rows, as a share of the last forward
             pass (a short wait that pays for itself only when rows do come).
         max_gather_s: the cap on that wait, in seconds.
+        prompt_cache_bytes: the bytes of prompts' keys and values kept for sessions that start
+            from the same tokens (0: none kept).
     """
 
     def __init__(
@@ -194,6 +223,7 @@ class Batcher:
         max_rows: int = 32,
         gather_share: float = 0.25,
         max_gather_s: float = 0.05,
+        prompt_cache_bytes: int = PROMPT_CACHE_BYTES,
     ) -> None:
         self._module = module
         self._device = device
@@ -208,6 +238,9 @@ class Batcher:
         self._last_rows = 1
         self._last_forward_s = 0.0
         self.counts = BatchCounts()
+        self._prompt_cache_bytes = prompt_cache_bytes
+        self._prompts: OrderedDict[tuple[int, ...], _KeptPrompt] = OrderedDict()
+        self._prompts_bytes = 0
 
     @property
     def waiting(self) -> int:
@@ -225,14 +258,54 @@ class Batcher:
     def prefill(self, cache: DynamicCache, token_ids: Sequence[int]) -> torch.Tensor:
         """Feed ``token_ids`` (a prompt, or a prefix rebuilt) into ``cache``, alone.
 
+        An empty cache given tokens a prefill computed before gets a copy of the keys and
+        values that prefill computed, and its logits: what the forward pass would compute
+        again, without the prompt's cost (sessions opened on one example share their prompt).
+
         Returns:
             The next token's logits (1-D, float).
         """
-        ids = torch.tensor([list(token_ids)], device=self._device)
+        key = tuple(token_ids)
         with self._lock, torch.inference_mode():
+            self.counts.prompts += 1
+            kept = self._prompts.get(key) if cache.get_seq_length() == 0 else None
+            if kept is not None:
+                self._prompts.move_to_end(key)
+                self.counts.prompts_reused += 1
+                for index, (keys, values) in enumerate(kept.layers):
+                    cache.update(keys, values, index)
+                return kept.logits.clone()
+            ids = torch.tensor([list(token_ids)], device=self._device)
             out = self._module(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
-        logits: torch.Tensor = out.logits[0, -1].float()
+            logits: torch.Tensor = out.logits[0, -1].float()
+            self._keep(key, cache, logits)
         return logits
+
+    def _keep(self, key: tuple[int, ...], cache: DynamicCache, logits: torch.Tensor) -> None:
+        """Keep a copy of a prompt's cache just computed, within the bytes allowed."""
+        if self._prompt_cache_bytes <= 0 or key in self._prompts:
+            return
+        layers = cache.layers
+        if not all(type(layer) in (GrowingLayer, DynamicLayer) for layer in layers):
+            return  # a sliding window keeps part of the prompt: a copy would not restore it
+        if any(layer.get_seq_length() != len(key) for layer in layers):
+            return
+        kept = _KeptPrompt(
+            tuple((layer.keys.clone(), layer.values.clone()) for layer in layers),
+            logits.clone(),
+        )
+        if kept.nbytes > self._prompt_cache_bytes:
+            return
+        self._prompts[key] = kept
+        self._prompts_bytes += kept.nbytes
+        while self._prompts_bytes > self._prompt_cache_bytes:
+            _, dropped = self._prompts.popitem(last=False)
+            self._prompts_bytes -= dropped.nbytes
+
+    @property
+    def prompt_cache_bytes(self) -> int:
+        """The bytes the prompts kept hold now."""
+        return self._prompts_bytes
 
     def step(self, cache: DynamicCache, token_id: int) -> torch.Tensor:
         """Feed one token into ``cache``, in one forward pass with the other sessions waiting.

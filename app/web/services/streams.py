@@ -1,9 +1,18 @@
-"""The run stream: server-sent events, one per step, generated off the event loop."""
+"""The run stream: server-sent events, one per step, generated off the event loop.
+
+A run's steps are taken one after another on one thread, which never waits for the event loop:
+the event loop is told of each step and sends it meanwhile. A session's next forward pass is
+therefore asked for as soon as its step ends, and concurrent sessions meet in one batch (a hop
+through the event loop between two steps would leave each session's row late for it).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Literal, TypedDict
 
 from app.engine import StepRecord
@@ -106,14 +115,14 @@ async def run_events(
             if state.shutdown.started:
                 yield shutdown_event()
                 return
-            async with handle.lock:
-                # Only when nothing is left to send: the lock may have been held by a step an
-                # older stream started, whose record is then sent first.
-                if generating() and len(session.steps) == sent:
-                    try:
-                        await state.pools.steps.run(session.step)
-                    except ShuttingDown:
-                        pass  # the next turn sends the shutdown event
+            # Only when nothing is left to send: the lock may have been held by a step an older
+            # stream started, whose record is then sent first.
+            stepping = _stepping(state, handle, run, disconnected, sent=sent)
+            async with aclosing(stepping):
+                async for _ in stepping:
+                    for record in session.steps[sent:]:
+                        yield step_event(record)
+                        sent += 1
             state.sessions.enforce_memory(keep=handle)
         if not runs.current(run):
             return
@@ -128,3 +137,62 @@ async def run_events(
         yield {"event": "end", "id": END_ID, "data": ""}
     finally:
         runs.finish(run)
+
+
+async def _stepping(
+    state: AppState,
+    handle: SessionHandle,
+    run: int,
+    disconnected: Callable[[], Awaitable[bool]],
+    *,
+    sent: int,
+) -> AsyncGenerator[None, None]:
+    """Under the session's lock, if ``run`` is generating and the session holds ``sent`` steps
+    then, step it on one thread of the step pool until it stops; yields after each step.
+
+    The thread stops before a step when the run is not generating any more (paused, taken
+    over, done), the server stops, or the client left (asked after each step sent, and when
+    this generator is closed). The lock is released when the thread is done, whatever this
+    generator is doing then (a stream blocked on a slow client holds no lock).
+    """
+    session, runs = handle.session, handle.runs
+    await handle.lock.acquire()
+    if not (runs.generating(run) and not session.done and len(session.steps) == sent):
+        handle.lock.release()
+        return
+    loop = asyncio.get_running_loop()
+    told: asyncio.Queue[bool] = asyncio.Queue()
+    stop = threading.Event()
+
+    def tell() -> None:
+        try:
+            loop.call_soon_threadsafe(told.put_nowait, True)
+        except RuntimeError:  # the loop has closed: nobody listens any more
+            stop.set()
+
+    def steps() -> None:
+        while not stop.is_set() and runs.generating(run) and not session.done:
+            if state.shutdown.started:
+                return  # the stream sends the shutdown event
+            session.step()
+            tell()
+
+    def over(job: asyncio.Future[None]) -> None:
+        handle.lock.release()
+        if not job.cancelled():
+            job.exception()  # retrieved: when the stream left early, nobody else will
+        told.put_nowait(False)
+
+    job = asyncio.ensure_future(state.pools.steps.run(steps))
+    job.add_done_callback(over)
+    try:
+        while await told.get():
+            yield
+            if await disconnected():
+                stop.set()
+            state.sessions.enforce_memory(keep=handle)
+        await job
+    except ShuttingDown:
+        pass  # the pool closed before the run began: the next turn sends the shutdown event
+    finally:
+        stop.set()
