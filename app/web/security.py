@@ -23,6 +23,7 @@ import ipaddress
 import logging
 import os
 import secrets
+import tempfile
 from pathlib import Path
 from typing import cast
 from urllib.parse import urlsplit
@@ -99,14 +100,20 @@ def load_secret(settings: Settings) -> bytes:
         return settings.secret.get_secret_value().encode()
     path = Path(settings.cache_dir) / SECRET_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        # O_EXCL: two processes starting at once agree on the first one's secret.
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
+    if path.exists():
         return _read_secret(path)
-    with os.fdopen(descriptor, "w") as file:
-        file.write(secrets.token_hex(32))
-    log.info("generated the CSRF secret in %s (set MASKSCOPE_SECRET to share one)", path)
+    # Written whole beside it, then linked into place: a process starting at the same moment
+    # either finds no file or the whole secret, and both agree on the first link's.
+    descriptor, draft = tempfile.mkstemp(dir=path.parent, prefix=".secret-")
+    try:
+        with os.fdopen(descriptor, "w") as file:
+            file.write(secrets.token_hex(32))
+        os.link(draft, path)
+        log.info("generated the CSRF secret in %s (set MASKSCOPE_SECRET to share one)", path)
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(draft)
     return _read_secret(path)
 
 

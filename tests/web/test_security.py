@@ -3,6 +3,7 @@ state-changing routes, the security headers, and the settings the team deploymen
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import stat
 from collections.abc import Iterator, Mapping
@@ -240,6 +241,23 @@ def test_the_secret_is_made_once_with_mode_0600_and_reused(tmp_path: Path) -> No
     given = Settings(cache_dir=tmp_path / "given", secret=SecretStr("s" * 32))
     assert load_secret(given) == b"s" * 32
     assert not (tmp_path / "given" / SECRET_FILE).exists()
+
+
+def _secret_after(barrier: Any, cache_dir: Path) -> bytes:
+    barrier.wait()
+    return load_secret(Settings(cache_dir=cache_dir))
+
+
+def test_processes_starting_at_once_all_get_the_one_whole_secret(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("fork")
+    with context.Pool(8) as pool:
+        for round_ in range(10):
+            cache_dir = tmp_path / str(round_)
+            barrier = context.Manager().Barrier(8)
+            secrets = pool.starmap(_secret_after, [(barrier, cache_dir)] * 8)
+            assert len(set(secrets)) == 1
+            assert (cache_dir / SECRET_FILE).read_bytes().strip() == secrets[0]
+            assert [path.name for path in cache_dir.iterdir()] == [SECRET_FILE]
 
 
 def test_a_token_made_by_one_replica_verifies_on_another(engine: Engine, tmp_path: Path) -> None:
