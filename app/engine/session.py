@@ -13,8 +13,11 @@ forward pass done.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
+from concurrent.futures import Future
+from dataclasses import dataclass
 from enum import StrEnum
 
 import torch
@@ -55,7 +58,13 @@ from app.engine.rollback_check import (
 )
 from app.engine.sampling import SamplingParams
 from app.engine.segments import SegmentTracker
-from app.engine.step_pipeline import ForwardOutcome, PendingForward, Prepared
+from app.engine.step_pipeline import (
+    ForwardOutcome,
+    Prepared,
+    run_beside,
+    run_forward,
+    wait_quietly,
+)
 from app.engine.validation import validate_output
 from app.exceptions import InvalidInput, SessionFinished, TokenRefused
 
@@ -319,25 +328,16 @@ class Session:
         ahead, self._ahead = self._ahead, None
         ran: list[ForwardOutcome] = []  # the forward passes this call ran (its idle time)
         if ahead is None or ahead.outcome is None:
-            pending = PendingForward(self._forward, overlap=self.overlap)
-            try:
-                prepared = ahead or self._prepare(index)
-            except BaseException:
-                pending.wait()
-                self._forward.truncate(index)
-                self._ahead = ahead
-                raise
-            ran.append(pending.wait())
-            ahead = prepared
-            ahead.outcome = ran[-1]
+            ahead = self._forward_and_prepare(index, ahead, ran)
         words = ahead.bitmask[0]
         if forced is not None and not is_allowed(words, forced):
             self._ahead = ahead
             raise self._refusal(forced, words, index)
-        accepted = followed = False
         steps = 0
-        following: PendingForward | None = None
+        work = _Beside()
+        job: Future[None] | None = None
         try:
+            assert ahead.outcome is not None
             raw = ahead.outcome.result()
             token = forced
             if token is None:
@@ -348,33 +348,26 @@ class Session:
             terminated = self._masking.is_terminated()
             stop_reason = self._stop_reason(index, token, accepted, terminated)
             self._forward.extend(token)
-            position = self._positions[-1]
-            if ahead.masked and accepted and self.grammar.spec.is_json:
-                position = advance(position, self._tokens.output_bytes(token))
-            nxt = None
+            finish = functools.partial(
+                self._finish, work, ahead, token, forced is not None, raw, accepted, terminated
+            )
             if stop_reason is None and self.overlap:
-                # The next forward pass runs while this thread prepares the next mask and
-                # checks this step.
-                following = PendingForward(self._forward, overlap=True)
-                output = ahead.output + self._reasoning_bytes(token)
-                nxt = self._prepare(index + 1, position=position, output=output)
-            record = self._checked(ahead, token, forced is not None, raw, terminated)
-            if self.follower is not None:
-                compared = self.follower.follow(record, record.follower)
-                followed = True
-                record = dataclasses.replace(record, follower=compared)
-            nbytes = record.nbytes()  # before the wait: the record's size is known already
-            if following is not None:
-                ran.append(following.wait())
-                assert nxt is not None
-                nxt.outcome, following = ran[-1], None
+                # The next forward pass runs on this thread while the worker prepares the next
+                # mask and checks this step: nothing else stands between the two passes.
+                job = run_beside(functools.partial(finish, prepare_next=True))
+                ran.append(run_forward(self._forward))
+                job.result()
+                job = None
+                assert work.next is not None
+                work.next.outcome = ran[-1]
+            else:
+                finish(prepare_next=False)
         except BaseException:
             # A step is a transaction: undo what the engines did, whatever failed.
-            if following is not None:
-                following.wait()
+            wait_quietly(job)
             if steps > 0:
                 self._masking.rollback(steps)
-            if followed and self.follower is not None:
+            if work.followed and self.follower is not None:
                 self.follower.undo()
             self._forward.truncate(index)
             self._drop_checkpoints(after=index)
@@ -382,15 +375,69 @@ class Session:
             self._ahead = ahead
             raise
         idle = time.perf_counter() - start - sum(r.end - r.start for r in ran)
-        record = dataclasses.replace(record, total_ms=raw.forward_ms + max(idle, 0.0) * 1000)
+        assert work.record is not None
+        record = dataclasses.replace(work.record, total_ms=raw.forward_ms + max(idle, 0.0) * 1000)
         self.steps.append(record)
-        self._records_bytes += nbytes
+        self._records_bytes += work.nbytes
         self._accepted.append(max(steps, 0))
-        self._positions.append(position)
+        self._positions.append(work.position)
         self.stop_reason = stop_reason
         self._state = None
-        self._ahead = nxt
+        self._ahead = work.next
         return record
+
+    def _forward_and_prepare(
+        self, index: int, ahead: Prepared | None, ran: list[ForwardOutcome]
+    ) -> Prepared:
+        """Step ``index``'s forward pass (its prefix changed, or it is the first) and, unless
+        ``ahead`` holds it already, its mask, prepared beside the pass when overlapping."""
+        job: Future[Prepared] | None = None
+        try:
+            if ahead is None and self.overlap:
+                job = run_beside(functools.partial(self._prepare, index))
+            outcome = run_forward(self._forward)
+            ran.append(outcome)
+            prepared = ahead or (job.result() if job is not None else self._prepare(index))
+        except BaseException:
+            wait_quietly(job)
+            self._forward.truncate(index)
+            self._ahead = ahead
+            raise
+        prepared.outcome = outcome
+        return prepared
+
+    def _finish(
+        self,
+        work: _Beside,
+        ahead: Prepared,
+        token: int,
+        forced: bool,
+        raw: RawDistribution,
+        accepted: bool,
+        terminated: bool,
+        *,
+        prepare_next: bool,
+    ) -> None:
+        """What step ``ahead.index`` still needs once its token is taken, into ``work``: the
+        position after it, the next step's mask (``prepare_next``), the record, its checks.
+
+        Runs beside the next forward pass when overlapping: it touches the matcher, the
+        follower and the checkpoints, never the forward engine.
+        """
+        position = self._positions[-1]
+        if ahead.masked and accepted and self.grammar.spec.is_json:
+            position = advance(position, self._tokens.output_bytes(token))
+        work.position = position
+        if prepare_next:
+            output = ahead.output + self._reasoning_bytes(token)
+            work.next = self._prepare(ahead.index + 1, position=position, output=output)
+        record = self._checked(ahead, token, forced, raw, terminated)
+        if self.follower is not None:
+            compared = self.follower.follow(record, record.follower)
+            work.followed = True
+            record = dataclasses.replace(record, follower=compared)
+        work.nbytes = record.nbytes()
+        work.record = record
 
     def _prepare(
         self, index: int, *, position: JsonPosition | None = None, output: bytes | None = None
@@ -594,6 +641,18 @@ class Session:
         if index + 1 >= self.max_tokens:
             return StopReason.MAX_TOKENS
         return None
+
+
+@dataclass(slots=True)
+class _Beside:
+    """What a step's work beside the next forward pass produced (read once it has ended)."""
+
+    position: JsonPosition = dataclasses.field(default_factory=JsonPosition)
+    next: Prepared | None = None
+    record: StepRecord | None = None
+    nbytes: int = 0
+    #: the follower took the step (a failed step undoes it)
+    followed: bool = False
 
 
 def _inexact(token: int, view: MaskedDistribution) -> tuple[str, ...]:

@@ -1,18 +1,22 @@
-"""The step's pipeline: a forward pass started on a worker thread while the caller's thread does
+"""The step's pipeline: the forward pass runs on the caller's thread while a worker thread does
 the rest (the next mask, the previous step's checks), and what a step prepares before its token.
 
-Only the token's choice and acceptance (and the mask) sit between two forward passes; the
+Only the token's choice and acceptance sit between two forward passes; the next mask, the
 probe, the follower's comparison, the rollback check and the distribution's view of step k run
-while the forward pass of step k+1 does. Torch and the masking libraries release the GIL in
-their kernels, which is what lets the two threads overlap.
+while the forward pass of step k+1 does. The forward pass stays on the caller's thread so that
+no thread hand-off (a wake-up: milliseconds on a loaded machine) sits between the token and the
+next pass, nor between its end and the next token. Torch and the masking libraries release the
+GIL in their kernels, which is what lets the two threads overlap.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -20,21 +24,24 @@ from app.engine.forward.base import ForwardEngine, RawDistribution
 from app.engine.masking.base import MaskingEngine
 from app.engine.records import DraftsRecord, GrammarState, RollbackRecord
 
-__all__ = ["ForwardOutcome", "PendingForward", "Prepared", "forward_pool"]
+__all__ = ["ForwardOutcome", "Prepared", "checks_pool", "run_beside", "run_forward", "wait_quietly"]
 
-#: forward passes in flight at once, over every session (each session has at most one)
-FORWARD_THREADS = 32
+T = TypeVar("T")
+
+#: steps checked at once, over every session (each session has at most one job in flight)
+CHECK_THREADS = 32
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
-def forward_pool() -> ThreadPoolExecutor:
-    """The worker threads that run forward passes, created on first use."""
+def checks_pool() -> ThreadPoolExecutor:
+    """The worker threads that prepare masks and check steps beside forward passes, created on
+    first use."""
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(FORWARD_THREADS, thread_name_prefix="maskscope-forward")
+            _pool = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="maskscope-checks")
         return _pool
 
 
@@ -55,43 +62,27 @@ class ForwardOutcome:
         return self.raw
 
 
-def _run(forward: ForwardEngine, started: threading.Event | None = None) -> ForwardOutcome:
+def run_forward(forward: ForwardEngine) -> ForwardOutcome:
+    """Run ``forward``'s pass on this thread; its error is kept in the outcome (the step that
+    needs the distribution raises it), but an interrupt (``KeyboardInterrupt``) propagates."""
     start = time.perf_counter()
-    if started is not None:
-        started.set()
     try:
         raw = forward.distribution()
-    except BaseException as error:  # noqa: BLE001 - it belongs to the step that waits for it
+    except Exception as error:  # noqa: BLE001 - it belongs to the step that waits for it
         return ForwardOutcome(None, error, start, time.perf_counter())
     return ForwardOutcome(raw, None, start, time.perf_counter())
 
 
-class PendingForward:
-    """One forward pass, on a worker thread (``overlap``) or run at once on this one.
+def run_beside(job: Callable[[], T]) -> Future[T]:
+    """Start ``job`` on :func:`checks_pool`'s thread, to run while this thread runs a forward
+    pass (the caller waits for it before touching what it touches)."""
+    return checks_pool().submit(job)
 
-    Args:
-        forward: the session's forward engine; nothing else may touch it until :meth:`wait`.
-        overlap: run it on :func:`forward_pool`'s thread.
-    """
 
-    def __init__(self, forward: ForwardEngine, *, overlap: bool) -> None:
-        self._future: Future[ForwardOutcome] | None = None
-        self._done: ForwardOutcome | None = None
-        if overlap:
-            started = threading.Event()
-            self._future = forward_pool().submit(_run, forward, started)
-            # Block (releasing the GIL) until the pass has begun: else the worker may wait for
-            # the GIL while this thread prepares the next mask, and the model idles meanwhile.
-            started.wait()
-        else:
-            self._done = _run(forward)
-
-    def wait(self) -> ForwardOutcome:
-        """The outcome, once the forward pass has ended (it never raises)."""
-        if self._done is None:
-            assert self._future is not None
-            self._done = self._future.result()
-        return self._done
+def wait_quietly(future: Future[T] | None) -> None:
+    """Wait until ``future`` has ended, whatever it raised (a failed step undoes its work)."""
+    if future is not None:
+        wait([future])
 
 
 @dataclass(slots=True)

@@ -30,3 +30,12 @@ def test_the_sampled_repeat_check_passes_on_the_cpu(
     line = capsys.readouterr().out
     assert line.startswith("ok   nested") and "sampled 10 steps" in line
     assert "repeat after half back True, after all back True, agree True" in line
+
+
+def test_the_overhead_line_states_the_p50_its_target_and_the_share() -> None:
+    module = _gpu_check()
+    fast = module.Overhead([0.2, 0.3, 0.9], [0.01, 0.02, 0.03])
+    assert fast.line().startswith("time outside the forward pass p50 0.300 ms over 3 steps")
+    assert "(target <= 0.5 ms: met), 2.00% of the forward pass" in fast.line()
+    slow = module.Overhead([0.6, 0.7], [0.1, 0.1])
+    assert "p50 0.650 ms" in slow.line() and "NOT met" in slow.line()

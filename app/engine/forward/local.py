@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import xgrammar as xgr
 from transformers import DynamicCache
@@ -14,7 +15,41 @@ from app.engine.forward.base import RawDistribution
 from app.engine.forward.batch import Batcher, GrowingLayer
 from app.engine.sampling import SamplingParams, choose_token
 
-__all__ = ["LocalForward"]
+__all__ = ["LocalForward", "choose_under_mask"]
+
+
+def choose_under_mask(
+    logits: torch.Tensor, bitmask: torch.Tensor, sampling: SamplingParams, index: int
+) -> int:
+    """The token :func:`choose_token` picks from ``logits`` once ``bitmask`` masks them.
+
+    Greedy decoding never masks the whole vocabulary: the raw argmax (the first index of the
+    largest logit) is the masked argmax whenever its bit is set, which it is at most steps of a
+    model that follows the grammar; else the allowed logits alone are searched, in numpy on the
+    CPU (torch's argmax wakes its thread pool, ten times the cost at this size). Sampling, and
+    logits on another device, mask a copy with xgrammar's kernel as before.
+
+    Args:
+        logits: the raw 1-D logits (left untouched: the step's checks read them later).
+        bitmask: the grammar's mask (row 0, packed int32 words, on the CPU).
+        sampling: greedy, or temperature/top-p with the seed.
+        index: the step index, which selects the step's random draw.
+    """
+    words = bitmask[0]
+    if sampling.greedy:
+        on_cpu = logits.device.type == "cpu" and logits.dtype == torch.float32
+        raw = logits.numpy() if on_cpu else None
+        best = int(raw.argmax()) if raw is not None else int(torch.argmax(logits))
+        if best < 32 * words.shape[0] and (int(words[best >> 5]) >> (best & 31)) & 1:
+            return best
+        if raw is not None:
+            bits = np.unpackbits(words.numpy().view(np.uint8), bitorder="little")
+            allowed = bits[: raw.shape[0]].view(np.bool_)
+            if allowed.shape[0] == raw.shape[0]:
+                return int(np.where(allowed, raw, np.float32(-np.inf)).argmax())
+    masked = logits.unsqueeze(0).clone()
+    xgr.apply_token_bitmask_inplace(masked, bitmask.to(masked.device, non_blocking=True))
+    return choose_token(masked[0], sampling, index)
 
 
 class LocalForward:
@@ -53,11 +88,10 @@ class LocalForward:
     def choose(
         self, raw: RawDistribution, bitmask: torch.Tensor, sampling: SamplingParams, *, index: int
     ) -> int:
-        """See :meth:`ForwardEngine.choose`: xgrammar's kernel masks the logits on their device."""
+        """See :meth:`ForwardEngine.choose`: :func:`choose_under_mask`, copying no logits when
+        greedy."""
         assert raw.logits is not None, "a local model gives the whole distribution"
-        masked = raw.logits.unsqueeze(0).clone()
-        xgr.apply_token_bitmask_inplace(masked, bitmask.to(masked.device, non_blocking=True))
-        return choose_token(masked[0], sampling, index)
+        return choose_under_mask(raw.logits, bitmask, sampling, index)
 
     def with_token(self, raw: RawDistribution, token_id: int) -> RawDistribution:
         """See :meth:`ForwardEngine.with_token`: the logits hold every token."""
