@@ -1,4 +1,4 @@
-"""The embedded model's linear layers run from the GGUF's own blocks: float32 results, 1/5 the bytes.
+"""The embedded model's linear layers run from the GGUF's blocks: float32, a fifth of the bytes.
 
 The embedded checkpoint is the GGUF de-quantised once: every float32 weight of a decoder linear
 layer is exactly ``d * q + m`` of its Q4_1 block (32 weights, a 4-bit ``q`` each, ``d`` and ``m``
@@ -211,26 +211,26 @@ class _Blocks:
     def dequantised(self) -> np.ndarray:
         """The float32 weights, made as the GGUF loader made them."""
         d = self.scales.numpy()[..., None]
+        made: np.ndarray
         if self.kind == _Q8_0:
-            return (self.quants.numpy().astype(np.float32) * d).reshape(self.outputs, -1)
-        assert self.mins is not None
-        packed = self.quants.numpy()
-        q = np.concatenate([packed & 15, packed >> 4], axis=-1).astype(np.float32)
-        return (d * q + self.mins.numpy()[..., None]).reshape(self.outputs, -1)
+            made = self.quants.numpy().astype(np.float32) * d
+        else:
+            assert self.mins is not None
+            packed = self.quants.numpy()
+            q = np.concatenate([packed & 15, packed >> 4], axis=-1).astype(np.float32)
+            made = d * q + self.mins.numpy()[..., None]
+        return made.reshape(self.outputs, -1)
 
     def permuted(self, heads: int) -> _Blocks:
         """The rows in transformers' order for a llama q/k projection (its reverse permute)."""
         order = np.arange(self.outputs)
         order = order.reshape(heads, self.outputs // heads // 2, 2).swapaxes(2, 1).reshape(-1)
-        index = torch.from_numpy(order)
-        mins = None if self.mins is None else self.mins[index].contiguous()
-        return _Blocks(
-            self.kind,
-            self.quants[index].contiguous(),
-            self.scales[index].contiguous(),
-            mins,
-            self.outputs,
-        )
+
+        def rows(tensor: torch.Tensor) -> torch.Tensor:
+            return torch.from_numpy(np.take(tensor.numpy(), order, axis=0))
+
+        mins = None if self.mins is None else rows(self.mins)
+        return _Blocks(self.kind, rows(self.quants), rows(self.scales), mins, self.outputs)
 
 
 class BlockLinear(torch.nn.Module):
@@ -266,26 +266,99 @@ class BlockLinear(torch.nn.Module):
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
-def _read_blocks(tensor: Any) -> _Blocks:
-    kind = int(tensor.tensor_type)
-    raw = np.asarray(tensor.data)
-    outputs = int(tensor.shape[-1]) if len(tensor.shape) > 1 else 1
-    if kind == _Q4_1:
-        blocks = raw.reshape(outputs, -1, 20)  # d, m (float16), 16 bytes of nibbles
+@dataclass(frozen=True)
+class _Tensor:
+    """A tensor of a GGUF file: its name, ggml type, shape (ggml's order) and raw bytes."""
+
+    name: str
+    kind: int
+    shape: tuple[int, ...]
+    data: np.ndarray
+
+
+_SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_STRING, _ARRAY = 8, 9
+_BLOCK_BYTES = {_Q4_1: 20, _Q8_0: 34}  # bytes of one block of 32 weights
+
+
+def _gguf_tensors(path: Path) -> list[_Tensor]:
+    """The Q4_1 and Q8_0 tensors of a GGUF file (version 2 or 3), memory-mapped.
+
+    gguf's own reader turns each of the tokenizer's 100,000 strings into numpy views (seconds);
+    only the tensors are needed here, so the metadata is skipped.
+    """
+    raw = np.memmap(path, dtype=np.uint8, mode="r")
+    at = 0
+
+    def take(count: int) -> bytes:
+        nonlocal at
+        chunk = raw[at : at + count].tobytes()
+        at += count
+        return chunk
+
+    def number(size: int) -> int:
+        return int.from_bytes(take(size), "little")
+
+    def skip(kind: int) -> None:
+        nonlocal at
+        if kind == _STRING:
+            length = number(8)  # read first: ``at += number(8)`` would add to the old ``at``
+            at += length
+        elif kind == _ARRAY:
+            inner, count = number(4), number(8)
+            if inner in _SCALARS:
+                at += _SCALARS[inner] * count
+            else:
+                for _ in range(count):
+                    skip(inner)
+        elif kind in _SCALARS:
+            at += _SCALARS[kind]
+        else:
+            raise GgufMatmulError(f"{path.name}: unknown GGUF value type {kind}")
+
+    if take(4) != b"GGUF" or number(4) not in (2, 3):
+        raise GgufMatmulError(f"{path.name} is not a GGUF file of version 2 or 3")
+    tensor_count, field_count = number(8), number(8)
+    alignment = 32
+    for _ in range(field_count):
+        key = take(number(8)).decode()
+        kind = number(4)
+        if key == "general.alignment" and kind == 4:
+            alignment = number(4)
+        else:
+            skip(kind)
+    infos = []
+    for _ in range(tensor_count):
+        name = take(number(8)).decode()
+        shape = tuple(number(8) for _ in range(number(4)))
+        infos.append((name, number(4), shape, number(8)))
+    start = -(-at // alignment) * alignment
+    tensors = []
+    for name, kind, shape, offset in infos:
+        if kind not in _BLOCK_BYTES or len(shape) != 2 or shape[0] % _BLOCK:
+            continue
+        size = shape[1] * shape[0] // _BLOCK * _BLOCK_BYTES[kind]
+        data = raw[start + offset : start + offset + size].reshape(shape[1], -1)
+        tensors.append(_Tensor(name, kind, shape, data))
+    return tensors
+
+
+def _read_blocks(tensor: _Tensor) -> _Blocks:
+    outputs = tensor.shape[1]
+    blocks = np.asarray(tensor.data).reshape(outputs, -1, _BLOCK_BYTES[tensor.kind])
+    # Q4_1: d, m (float16), 16 bytes of nibbles; Q8_0: d (float16), 32 int8.
+    scales = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    if tensor.kind == _Q4_1:
         mins = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
         quants = blocks[..., 4:].copy()
-    elif kind == _Q8_0:
-        blocks = raw.reshape(outputs, -1, 34)  # d (float16), 32 int8
+    else:
         mins = None
         quants = blocks[..., 2:].copy().view(np.int8)
-    else:
-        raise GgufMatmulError(f"GGUF tensor {tensor.name} is not Q4_1 or Q8_0")
-    scales = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
     return _Blocks(
-        kind,
-        torch.from_numpy(np.ascontiguousarray(quants)),
-        torch.from_numpy(np.ascontiguousarray(scales)),
-        None if mins is None else torch.from_numpy(np.ascontiguousarray(mins)),
+        tensor.kind,
+        torch.from_numpy(quants),
+        torch.from_numpy(scales),
+        None if mins is None else torch.from_numpy(mins),
         outputs,
     )
 
@@ -304,7 +377,8 @@ _PROJECTIONS = {
 def _matching(blocks: _Blocks, weight: torch.Tensor, heads: tuple[int, ...]) -> _Blocks | None:
     """The blocks (rows permuted if need be) whose weights are bit for bit ``weight``'s."""
     target = weight.detach().numpy().view(np.uint32)
-    for permute in (None, *(h for h in heads if blocks.outputs % (2 * h) == 0)):
+    # transformers permutes a llama's q/k rows: those are tried first (``heads`` empty: none).
+    for permute in (*(h for h in heads if blocks.outputs % (2 * h) == 0), None):
         candidate = blocks if permute is None else blocks.permuted(permute)
         made = candidate.dequantised()
         if made.shape == target.shape and np.array_equal(made.view(np.uint32), target):
@@ -324,12 +398,10 @@ def use_gguf_blocks(model: Any, gguf: Path, kernels: Kernels) -> int:
         GgufMatmulError: a layer's blocks do not make its weight, or the model is not laid out
             as a llama (``model.layers``, ``lm_head``) with float32 weights on cpu.
     """
-    from gguf import GGUFReader
-
     text = model.config.get_text_config()
     heads = (int(text.num_attention_heads), int(getattr(text, "num_key_value_heads", 0) or 0))
     swaps: list[tuple[Any, str, BlockLinear]] = []
-    for tensor in GGUFReader(str(gguf)).tensors:
+    for tensor in _gguf_tensors(gguf):
         parts = tensor.name.split(".")
         if tensor.name == "token_embd.weight":
             owner, attribute = model, "lm_head"
