@@ -37,6 +37,7 @@ from app.settings import Settings
 
 Variant = tuple[str, Callable[[], Any], int]  # name, model factory, threads
 REFERENCE = "float32 sdpa all cores"
+STATIC_LENGTH = 256  # the static cache's length (the examples' prompts: under 100 tokens)
 
 
 def _prompts(tokenizer: Any, count: int) -> list[list[int]]:
@@ -56,7 +57,9 @@ def _decode(model: Any, prompt: list[int], forced: list[int] | None, n: int) -> 
     """Greedy (or ``forced``) decoding: (tokens, probabilities per step, decode seconds)."""
     static = getattr(model, "static_cache", False)
     if static:
-        cache: Any = StaticCache(config=model.config, max_cache_len=len(prompt) + n + 1)
+        # One length for every prompt: a compiled step would recompile for each other shape.
+        length = max(STATIC_LENGTH, len(prompt) + n + 1)
+        cache: Any = StaticCache(config=model.config, max_cache_len=length)
     else:
         cache = DynamicCache(config=model.config)
     position = len(prompt)
