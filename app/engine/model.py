@@ -21,6 +21,7 @@ import torch
 from app.engine.forward.base import ForwardEngine, ModelIdentity
 from app.engine.forward.batch import Batcher
 from app.engine.forward.local import LocalForward
+from app.engine.gguf_matmul import GgufMatmulError, Kernels, use_gguf_blocks
 from app.engine.tokens import Tokens
 from app.exceptions import ModelLoadError
 from app.settings import EMBEDDED_MODEL, Settings
@@ -31,10 +32,12 @@ __all__ = [
     "ModelIdentity",
     "checkpoint_source",
     "cpu_threads",
+    "gguf_matmul_wanted",
     "load_model",
     "resolve_device",
     "resolve_dtype",
     "stop_ids_of",
+    "use_embedded_gguf_blocks",
 ]
 
 log = logging.getLogger(__name__)
@@ -122,6 +125,52 @@ def cpu_threads(cores: int | None, environ: Mapping[str, str]) -> int | None:
     if environ.get("OMP_NUM_THREADS"):
         return None
     return max(1, (cores or 1) // 2)
+
+
+#: The most torch threads at which ``cpu_matmul=auto`` picks the GGUF kernel (one thread of its
+#: own); beyond, torch's threaded float32 matmuls may read the weights faster (not measured).
+_GGUF_MAX_THREADS = 2
+
+
+def gguf_matmul_wanted(settings: Settings, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the model's matmuls are to run from its GGUF blocks (``cpu_matmul``).
+
+    Raises:
+        ModelLoadError: ``cpu_matmul`` is ``gguf`` but the model or device cannot have it.
+    """
+    if settings.cpu_matmul == "float32":
+        return False
+    why = None
+    if settings.model != EMBEDDED_MODEL:
+        why = "only the embedded model's weights come from a GGUF"
+    elif device.type != "cpu" or dtype != torch.float32:
+        why = f"the GGUF kernel runs float32 on cpu, not {dtype} on {device.type}"
+    if why is not None and settings.cpu_matmul == "gguf":
+        raise ModelLoadError(f"MASKSCOPE_CPU_MATMUL=gguf: {why}")
+    if settings.cpu_matmul == "auto" and torch.get_num_threads() > _GGUF_MAX_THREADS:
+        return False
+    return why is None
+
+
+def use_embedded_gguf_blocks(model: Any, settings: Settings) -> bool:
+    """Run ``model``'s (the embedded model's, float32 on cpu) matmuls from the GGUF's blocks.
+
+    Returns:
+        Whether it does: not when the kernel cannot be built or the blocks do not match
+        (logged) under ``cpu_matmul=auto``.
+
+    Raises:
+        ModelLoadError: either, under ``cpu_matmul=gguf``.
+    """
+    try:
+        swapped = use_gguf_blocks(model, _embedded_gguf(), Kernels.build(settings.cache_dir))
+    except GgufMatmulError as exc:
+        if settings.cpu_matmul == "gguf":
+            raise ModelLoadError(f"MASKSCOPE_CPU_MATMUL=gguf: {exc}") from exc
+        log.warning("the model runs torch's float32 matmuls: %s", exc)
+        return False
+    log.info("%d linear layers run from the GGUF's blocks", swapped)
+    return True
 
 
 def _embedded_gguf() -> Path:
@@ -243,16 +292,17 @@ def load_model(settings: Settings) -> LoadedModel:
 
     source, model_id = _resolve_source(settings)
     device = resolve_device(settings.device)
+    dtype = resolve_dtype(settings.dtype, device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=resolve_dtype(settings.dtype, device)
-        )
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load model {settings.model!r}: {exc}") from exc
     model = model.to(device).eval()
     if device.type == "cpu" and (threads := cpu_threads(os.cpu_count(), os.environ)) is not None:
         torch.set_num_threads(threads)
+    if gguf_matmul_wanted(settings, device, dtype):
+        use_embedded_gguf_blocks(model, settings)
     vocab_size = int(model.config.get_text_config().vocab_size)
     stop_ids = stop_ids_of(model.config, model.generation_config, tokenizer)
     identity = ModelIdentity(
