@@ -21,6 +21,7 @@ import re
 import resource
 import sys
 import tempfile
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -332,11 +333,28 @@ def _compile_checked(
         schema = _loaded(source)
         _check_refs(schema, source)  # first: a reference loop could hang the compile
         check_meta(schema, source)
-    with _captured_stderr() as printed:
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
         start = time.perf_counter()
-        compiled = _compile(compiler, kind, source, options)
-        compile_ms = (time.perf_counter() - start) * 1000
-    return compiled, printed, compile_ms
+        try:
+            outcome["compiled"] = _compile(compiler, kind, source, options)
+        except BaseException as exc:  # raised again in the serving thread
+            outcome["error"] = exc
+        outcome["ms"] = (time.perf_counter() - start) * 1000
+
+    # A thread of its own: under the memory cap a stack that does not fit fails here, at once
+    # (MemoryError: the worker retires); in the serving thread the compile ran on to the time limit.
+    thread = threading.Thread(target=run, name="maskscope-compile-one", daemon=True)
+    with _captured_stderr() as printed:
+        try:
+            thread.start()
+        except RuntimeError as exc:
+            raise MemoryError(str(exc)) from None
+        thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["compiled"], printed, float(outcome["ms"])
 
 
 def compile_request(
