@@ -32,6 +32,7 @@ from app.engine.schema_refs import check_refs
 
 __all__ = [
     "REGISTRY",
+    "draft_of",
     "error_list",
     "format_checker",
     "meta_validator",
@@ -201,9 +202,17 @@ def _safe_class(base: type[Validator]) -> tuple[type[Validator], jsonschema.Form
     return cls, checker
 
 
+def draft_of(schema: Any) -> type[Validator]:
+    """The jsonschema class of ``schema``'s draft (its ``$schema``; 2020-12 otherwise, and when
+    ``$schema`` is not a string: jsonschema's own lookup raised on one, and the meta-schema then
+    says what is wrong with it)."""
+    if isinstance(schema, dict) and not isinstance(schema.get("$schema", ""), str):
+        return jsonschema.Draft202012Validator
+    return jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+
+
 def _class_for(schema: Any) -> tuple[type[Validator], jsonschema.FormatChecker]:
-    base = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return _safe_class(base)
+    return _safe_class(draft_of(schema))
 
 
 def schema_validator(schema: Any, *, source: str | None = None, formats: bool = True) -> Validator:

@@ -207,3 +207,21 @@ def test_a_schema_invalid_for_its_meta_schema_is_reported_though_it_compiles(
     assert answer["error"]["message"].startswith("not a valid JSON Schema")
     assert answer["error"]["pointer"] == "/minLength"
     assert "retire" not in answer
+
+
+@pytest.mark.parametrize("dialect", [{"type": "string"}, 5, ["x"]])
+def test_a_schema_whose_dollar_schema_is_not_a_string_is_an_invalid_schema(
+    compiler: xgr.GrammarCompiler, dialect: Any
+) -> None:
+    # jsonschema's draft lookup raised on it (TypeError, AttributeError) and took the worker
+    # down: the compile failed as "too complex" and the next waited for a new worker.
+    error = _error(_compile(compiler, "json_schema", {"$schema": dialect, "type": "object"}))
+    assert error["message"].startswith("not a valid JSON Schema")
+    assert error["pointer"] == "/$schema"
+
+
+def test_an_invalid_schema_is_refused_before_its_compile(compiler: xgr.GrammarCompiler) -> None:
+    # The meta-schema check runs first, so xgrammar never sees (nor prints about) the schema.
+    answer = _compile(compiler, "json_schema", {"type": "number", "multipleOf": 3, "minimum": "0"})
+    assert _error(answer)["pointer"] == "/minimum"
+    assert "warnings" not in answer
