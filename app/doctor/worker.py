@@ -461,11 +461,20 @@ class DoctorWorkers:
             worker = ranked[0] if ranked else None
             if worker is not None:
                 self._idle.remove(worker)
-            if worker is None:
-                if self._setup is None:
-                    self._setup = _setup(self._engine.model.tokens)
-                worker = _Process(self._setup, self._settings)
-            self._busy.add(worker)
+                self._busy.add(worker)
+        if worker is None:
+            # Outside the lock (the setup takes seconds on a busy machine): a shutdown's close()
+            # takes it too, and must kill the workers at once rather than wait for a new one.
+            setup = self._setup if self._setup is not None else _setup(self._engine.model.tokens)
+            worker = _Process(setup, self._settings)
+            with self._lock:
+                self._setup = setup
+                closed = self._closed
+                if not closed:
+                    self._busy.add(worker)
+            if closed:
+                worker.kill()
+                raise NotReady(_SHUTTING_DOWN)
         try:
             if not worker.ready:
                 self._wait_ready(worker, stop)

@@ -25,7 +25,13 @@ _LONG_RUN = {
     "max_tokens": 4000,
 }
 _DOCTOR = {"grammar": {"kind": "json_schema", "source": json.dumps(SLOW)}, "budget_ms": 20000}
-_SLOW_COMPILE = {"kind": "regex", "source": "[a-z]{1,3000}[0-9]{1,3000}[a-z]{1,3000}"}
+# About 2.4 s of compile on an idle machine: still compiling when the SIGTERM comes. Each bound
+# differs, or xgrammar builds the repeated rule once (three equal ones took 0.2 s, and that
+# compile sometimes ended before the server began to stop).
+_SLOW_COMPILE = {
+    "kind": "regex",
+    "source": "".join(f"[{'a-z' if i % 2 else '0-9'}]{{1,{3000 - i}}}" for i in range(24)),
+}
 _PERMALINK = {
     "grammar": {"kind": "regex", "source": "(yes|no)"},
     "raw_prompt": "Answer: ",
