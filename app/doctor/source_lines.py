@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from app.engine.jsonpointer import locate
 from app.paths import split_pointer
+from app.pysource import parse_module
 
 __all__ = ["json_lines", "pydantic_lines"]
 
@@ -39,7 +40,7 @@ def _field_names(node: ast.AnnAssign) -> list[str]:
 
 def _classes(source: str) -> dict[str, tuple[int, dict[str, int]]]:
     try:
-        tree = ast.parse(source)
+        tree = parse_module(source)
     except SyntaxError:
         return {}
     out: dict[str, tuple[int, dict[str, int]]] = {}

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from app.export.escape import Code, identifier
 from app.export.request import ExportRequest
+from app.pysource import parse_module
 
 __all__ = ["Model", "clash", "model_of", "with_model"]
 
@@ -50,9 +51,9 @@ def _unshown(text: str) -> str | None:
 
 def _parse(text: str) -> ast.Module | None:
     try:
-        return ast.parse(text)
-    # ValueError/SystemError: CPython 3.11 can fail a parse that races another thread's
-    # (gh-106905); the snippet then falls back to the JSON Schema rather than fail.
+        return parse_module(text)
+    # SystemError: a parse that other parses kept interrupting (app.pysource); the snippet
+    # then falls back to the JSON Schema rather than fail.
     except (SyntaxError, ValueError, SystemError, RecursionError, MemoryError):
         return None
 

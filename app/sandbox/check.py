@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from app.exceptions import SourceRefused
+from app.pysource import parse_expression, parse_module
 from app.sandbox.reach import (
     ALLOWED_CALLS,
     ALLOWED_MODULES,
@@ -329,7 +330,7 @@ class _Checker:
             raise _refuse(node, f"{shown} holds a line break or control character")
         scan_expression(value, node, shown)
         try:
-            parsed = ast.parse(value, mode="eval")
+            parsed = parse_expression(value)
         except SyntaxError:
             raise _refuse(node, f"{shown} is not an expression") from None
         except (RecursionError, MemoryError, ValueError):  # the parser's own limits
@@ -430,7 +431,7 @@ class CheckedSource:
 
 def _parse(source: str) -> ast.Module:
     try:
-        return ast.parse(source, filename="<schema>")
+        return parse_module(source, filename="<schema>")
     except SyntaxError as error:
         raise SourceRefused(
             f"syntax error: {error.msg}", line=error.lineno, column=error.offset

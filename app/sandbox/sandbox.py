@@ -20,9 +20,8 @@ __all__ = ["PydanticSchema", "Sandbox"]
 
 log = logging.getLogger(__name__)
 
-# ast.parse keeps its recursion depth in per-interpreter state in CPython 3.11, so two threads
-# parsing at once can fail with "AST constructor recursion depth mismatch" (gh-106905): the
-# static checks (milliseconds each) run one at a time.
+# Two parses at once interrupt each other in CPython 3.11 (app.pysource tries again): the
+# static checks (milliseconds each) run one at a time, so only other threads' parses race them.
 _CHECKING = threading.Lock()
 
 

@@ -12,6 +12,7 @@ fewest jobs running, so one client's flood never stands in front of another's re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import itertools
@@ -154,6 +155,20 @@ class WorkPool:
             self._start(job)
             return job
 
+    def _withdraw(self, job: _Job) -> bool:
+        """Take ``job`` out of the queue if it is still waiting (True), so it never runs."""
+        with self._lock:
+            mine = self._waiting.get(job.client)
+            if mine is None or job not in mine:
+                return False
+            mine.remove(job)
+            if not mine:
+                del self._waiting[job.client]
+                if job.client not in self._running:
+                    self._served.pop(job.client, None)
+        job.future.cancel()
+        return True
+
     def _work(self, first: _Job) -> None:
         job: _Job | None = first
         while job is not None:
@@ -173,9 +188,11 @@ class WorkPool:
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn`` on a thread of this pool, in the caller's context, and return its result.
 
-        A thread cannot be stopped, so a caller cancelled meanwhile (its client left) waits for
-        it before the cancellation goes on: a lock held around this call (a session's) is then
-        released only once the work is really over.
+        A caller cancelled while its job waits for a thread (its client left) takes the job
+        out of the queue: it never runs and no longer counts against the client's share. A
+        thread cannot be stopped, so a caller cancelled once its job runs waits for it before
+        the cancellation goes on: a lock held around this call (a session's) is then released
+        only once the work is really over.
 
         Raises:
             CapacityExceeded: every thread is busy and the queue is full, or this client has
@@ -195,7 +212,11 @@ class WorkPool:
             try:
                 result = await asyncio.shield(waiting)
             except asyncio.CancelledError:
-                await asyncio.wait([waiting])
+                if self._withdraw(job):
+                    raise
+                while not waiting.done():  # cancelled again meanwhile: the thread still runs
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait([waiting])
                 if not waiting.cancelled():
                     waiting.exception()  # retrieved: the caller is gone, nobody else will
                 raise

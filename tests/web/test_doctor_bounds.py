@@ -80,20 +80,44 @@ def test_the_anchor_schema_answers_and_leaves_no_worker_running(url: str, state:
     assert state.pools.doctor_workers.busy_pids == []
 
 
-def test_a_client_that_leaves_kills_its_worker(url: str, state: AppState) -> None:
+def _ask_slowly(url: str) -> socket.socket:
+    """A raw connection that asks for a slow examination (closing it is the client leaving)."""
     body = json.dumps(doctor_body(SLOW, budget_ms=20_000)).encode()
     address = urlsplit(url)
     request = (
         f"POST /api/doctor HTTP/1.1\r\nHost: {address.netloc}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode() + body
-    with socket.create_connection((address.hostname, address.port)) as client:
-        client.sendall(request)
+    client = socket.create_connection((address.hostname, address.port))
+    client.sendall(request)
+    return client
+
+
+def test_a_client_that_leaves_kills_its_worker(url: str, state: AppState) -> None:
+    with _ask_slowly(url):
         wait_for(lambda: bool(state.pools.doctor_workers.busy_pids))
         [pid] = state.pools.doctor_workers.busy_pids
     # The examination would run for seconds more: its process goes as the client does.
     wait_for(lambda: gone(pid), seconds=15)
     wait_for(lambda: state.pools.doctors.pending == 0, seconds=15)
+
+
+def test_examinations_whose_clients_left_leave_the_queue_at_once(url: str, state: AppState) -> None:
+    pool = state.pools.doctors
+    running = [_ask_slowly(url) for _ in range(pool.threads)]
+    try:
+        wait_for(lambda: len(state.pools.doctor_workers.busy_pids) == pool.threads, seconds=30)
+        queued = [_ask_slowly(url) for _ in range(pool.queue_per_client or 1)]
+        wait_for(lambda: pool.waiting == len(queued))
+        for client in queued:
+            client.close()
+        # Before, they kept their places (and this client's share) until a thread took them.
+        wait_for(lambda: pool.waiting == 0, seconds=5)
+        assert len(state.pools.doctor_workers.busy_pids) == pool.threads
+    finally:
+        for client in running:
+            client.close()
+    wait_for(lambda: pool.pending == 0, seconds=15)
 
 
 def test_the_app_shutdown_kills_a_running_examination(engine: Engine) -> None:

@@ -102,6 +102,35 @@ def test_a_cancelled_caller_keeps_its_lock_until_the_thread_ends(
         pool.shutdown()
 
 
+def test_a_cancelled_caller_takes_its_waiting_job_out_of_the_queue() -> None:
+    pool = WorkPool("examination", threads=1, queue=4, queue_per_client=1)
+    gate = threading.Event()
+    ran: list[str] = []
+
+    async def scenario() -> str:
+        running = asyncio.create_task(pool.run(gate.wait, 10))
+        waiting = asyncio.create_task(pool.run(ran.append, "withdrawn"))
+        await asyncio.sleep(0.05)
+        assert pool.waiting == 1
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(waiting, timeout=5)  # not after the running job
+        assert pool.waiting == 0
+        # The client's share of the queue is free again.
+        admitted = asyncio.create_task(pool.run(str, "admitted"))
+        await asyncio.sleep(0.05)
+        gate.set()
+        assert await running
+        return await admitted
+
+    try:
+        assert _run(scenario()) == "admitted"
+        assert ran == []
+        assert pool.pending == 0
+    finally:
+        pool.shutdown()
+
+
 def _slow_schema(i: int) -> str:
     # xgrammar needs tens of seconds for this pattern here (3.5 s at 3000 repetitions when idle).
     return json.dumps({"type": "string", "pattern": f"^(ab|cd|ef){{1,{6000 + i}}}$"})

@@ -15,6 +15,7 @@ from typing import TypedDict
 from app.doctor import DoctorReport, PydanticSource, Status
 from app.doctor.worker import Stop
 from app.engine import AnyEngine
+from app.exceptions import RequestEnded
 from app.web.bodies import DoctorIn
 from app.web.services import actions
 from app.web.state import AppState
@@ -77,13 +78,24 @@ async def examine(
         while True:
             done, _ = await asyncio.wait({job}, timeout=_WATCH_S)
             if done:
+                if job.cancelled():
+                    raise RequestEnded("the client left: the Doctor's examination was stopped")
                 return job.result()
             if disconnected is not None and await disconnected():
-                stop.set()
+                _stop(job, stop)
     finally:
         if not job.done():  # cancelled: the process goes now, its thread soon after
-            stop.set()
+            _stop(job, stop)
             job.add_done_callback(_retrieved)
+
+
+def _stop(job: asyncio.Future[DoctorReport], stop: Stop) -> None:
+    """Stop an examination: a running one's process is killed, a waiting one leaves the queue
+    (so it no longer counts against the client's share). Once: a second cancel would stop
+    the pool's wait for the thread, and its error would go unread."""
+    if not stop.is_set():
+        stop.set()
+        job.cancel()
 
 
 def _retrieved(job: asyncio.Future[DoctorReport]) -> None:
