@@ -79,6 +79,8 @@ class LoadedModel:
 
     ``lock`` serialises forward passes, first come first served: one model serves every session.
     ``batcher`` runs them: the sessions' steps waiting at once share one forward pass.
+    ``kernels``: the GGUF kernels the matmuls run from (None: torch's), whose attention the
+    batcher's one-token steps use.
     """
 
     model: Any
@@ -86,10 +88,12 @@ class LoadedModel:
     device: torch.device
     identity: ModelIdentity
     lock: FairLock = field(default_factory=FairLock)
+    kernels: Kernels | None = None
     batcher: Batcher = field(init=False)
 
     def __post_init__(self) -> None:
-        self.batcher = Batcher(self.model, device=self.device, lock=self.lock)
+        attend = None if self.kernels is None else self.kernels.attend
+        self.batcher = Batcher(self.model, device=self.device, lock=self.lock, attend=attend)
 
     def open_forward(self, prompt_ids: Sequence[int]) -> ForwardEngine:
         """A forward engine for a new session's prompt: a KV cache of its own."""
@@ -152,25 +156,26 @@ def gguf_matmul_wanted(settings: Settings, device: torch.device, dtype: torch.dt
     return why is None
 
 
-def use_embedded_gguf_blocks(model: Any, settings: Settings) -> bool:
+def use_embedded_gguf_blocks(model: Any, settings: Settings) -> Kernels | None:
     """Run ``model``'s (the embedded model's, float32 on cpu) matmuls from the GGUF's blocks.
 
     Returns:
-        Whether it does: not when the kernel cannot be built or the blocks do not match
-        (logged) under ``cpu_matmul=auto``.
+        The kernels it runs (their attention serves the one-token steps too), or None when the
+        kernel cannot be built or the blocks do not match (logged) under ``cpu_matmul=auto``.
 
     Raises:
         ModelLoadError: either, under ``cpu_matmul=gguf``.
     """
     try:
-        swapped = use_gguf_blocks(model, _embedded_gguf(), Kernels.build(settings.cache_dir))
+        kernels = Kernels.build(settings.cache_dir)
+        swapped = use_gguf_blocks(model, _embedded_gguf(), kernels)
     except GgufMatmulError as exc:
         if settings.cpu_matmul == "gguf":
             raise ModelLoadError(f"MASKSCOPE_CPU_MATMUL=gguf: {exc}") from exc
         log.warning("the model runs torch's float32 matmuls: %s", exc)
-        return False
+        return None
     log.info("%d linear layers run from the GGUF's blocks", swapped)
-    return True
+    return kernels
 
 
 def _embedded_gguf() -> Path:
@@ -301,8 +306,9 @@ def load_model(settings: Settings) -> LoadedModel:
     model = model.to(device).eval()
     if device.type == "cpu" and (threads := cpu_threads(os.cpu_count(), os.environ)) is not None:
         torch.set_num_threads(threads)
+    kernels = None
     if gguf_matmul_wanted(settings, device, dtype):
-        use_embedded_gguf_blocks(model, settings)
+        kernels = use_embedded_gguf_blocks(model, settings)
     vocab_size = int(model.config.get_text_config().vocab_size)
     stop_ids = stop_ids_of(model.config, model.generation_config, tokenizer)
     identity = ModelIdentity(
@@ -317,4 +323,5 @@ def load_model(settings: Settings) -> LoadedModel:
         tokens=Tokens.from_tokenizer(tokenizer, vocab_size, stop_ids),
         device=device,
         identity=identity,
+        kernels=kernels,
     )

@@ -11,6 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from app.engine import Engine
+from app.engine.forward.batch import Batcher, _Row
 from app.engine.gguf_matmul import MAX_KERNEL_ROWS, BlockLinear, GgufMatmulError, Kernels
 from app.engine.model import checkpoint_source, gguf_matmul_wanted, use_embedded_gguf_blocks
 from app.examples import load_examples
@@ -152,3 +153,127 @@ def test_which_models_and_devices_may_have_the_blocks() -> None:
         assert gguf_matmul_wanted(Settings(cpu_matmul="gguf"), CPU, torch.float32)
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def kernel_builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Kernels]:
+    """The kernels as this CPU runs them, and the plain C ones other CPUs run."""
+    cache = tmp_path_factory.mktemp("kernels")
+    return {"native": Kernels.build(cache), "portable": Kernels.build(cache, portable=True)}
+
+
+@pytest.mark.parametrize("build", ["native", "portable"])
+def test_the_kernels_make_each_weight_exactly(
+    engine: Engine, kernel_builds: dict[str, Kernels], build: str
+) -> None:
+    layers = _block_layers(engine.model.model)
+    if not layers:
+        pytest.skip("the engine runs torch's float32 matmuls here")
+    for layer in (layers[0], layers[-1]):  # Q4_1, Q8_0
+        blocks = layer._blocks
+        columns = [0, 31, 32, layer.in_features - 1, 100, 200, 300, 400]
+        x = torch.zeros(MAX_KERNEL_ROWS, layer.in_features)
+        x[range(MAX_KERNEL_ROWS), columns] = 1.0  # row r picks weight column columns[r]
+        out = torch.empty(MAX_KERNEL_ROWS, layer.out_features)
+        kernels = kernel_builds[build]
+        (kernels.q41 if blocks.mins is not None else kernels.q80)(x, blocks, out)
+        assert torch.equal(out, layer.weight[:, columns].T + 0.0)  # + 0.0: -0.0 sums to 0.0
+
+
+def test_the_portable_kernels_agree_with_this_cpus(
+    engine: Engine, kernel_builds: dict[str, Kernels]
+) -> None:
+    layers = _block_layers(engine.model.model)
+    if not layers:
+        pytest.skip("the engine runs torch's float32 matmuls here")
+    generator = torch.Generator().manual_seed(1)
+    for layer in (layers[6], layers[-1]):
+        blocks = layer._blocks
+        x = torch.randn(5, layer.in_features, generator=generator)
+        outs = {}
+        for build, kernels in kernel_builds.items():
+            out = outs[build] = torch.empty(5, layer.out_features)
+            (kernels.q41 if blocks.mins is not None else kernels.q80)(x, blocks, out)
+            alone = torch.empty(1, layer.out_features)
+            (kernels.q41 if blocks.mins is not None else kernels.q80)(x[4:], blocks, alone)
+            assert torch.equal(alone[0], out[4])  # a row's sums do not depend on its batch
+        want = torch.nn.functional.linear(x.double(), layer.weight.double())
+        for out in outs.values():
+            assert float((out - want).abs().max()) <= 1e-5 * float(want.abs().max())
+
+
+@pytest.mark.parametrize("build", ["native", "portable"])
+@pytest.mark.parametrize("length", [1, 5, 16, 17, 300])
+def test_the_attention_kernel_computes_what_sdpa_does(
+    kernel_builds: dict[str, Kernels], build: str, length: int
+) -> None:
+    generator = torch.Generator().manual_seed(length)
+    query = 3 * torch.randn(1, 9, 1, 64, generator=generator)
+    # Views of a longer cache, as a growing layer hands them out; 3 heads of keys for 9 queries.
+    keys = torch.randn(1, 3, length + 40, 64, generator=generator)[:, :, :length]
+    values = torch.randn(1, 3, length + 40, 64, generator=generator)[:, :, :length]
+    got = kernel_builds[build].attend(query, keys, values, 0.125)
+    assert got is not None and got.shape == (1, 1, 9, 64)
+    exact = torch.nn.functional.scaled_dot_product_attention(
+        query.double(),
+        keys.double().repeat_interleave(3, dim=1),
+        values.double().repeat_interleave(3, dim=1),
+        scale=0.125,
+    ).transpose(1, 2)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(
+        query, keys.repeat_interleave(3, dim=1), values.repeat_interleave(3, dim=1), scale=0.125
+    ).transpose(1, 2)
+    sdpa_error = float((sdpa - exact).abs().max())
+    assert float((got - exact).abs().max()) <= max(4 * sdpa_error, 1e-6)
+
+
+def test_the_attention_kernel_declines_what_it_does_not_compute(
+    kernel_builds: dict[str, Kernels],
+) -> None:
+    attend = kernel_builds["native"].attend
+    q, k = torch.randn(1, 4, 1, 64), torch.randn(1, 2, 7, 64)
+    assert attend(q, k, k, 0.1) is not None
+    assert attend(torch.randn(1, 4, 2, 64), k, k, 0.1) is None  # two query tokens: a prompt's
+    assert attend(q.double(), k.double(), k.double(), 0.1) is None
+    assert (
+        attend(torch.randn(1, 4, 1, 8), torch.randn(1, 2, 7, 8), torch.randn(1, 2, 7, 8), 0.1)
+        is None
+    )
+    assert attend(torch.randn(1, 3, 1, 64), k, k, 0.1) is None  # 3 query heads on 2 key heads
+    assert attend(q, k.transpose(2, 3).contiguous().transpose(2, 3), k, 0.1) is None
+
+
+def test_one_token_steps_attend_through_the_kernel_alone_and_batched(engine: Engine) -> None:
+    model = engine.model
+    if model.kernels is None:
+        pytest.skip("the engine runs torch's float32 matmuls here")
+    kernels, layers = model.kernels, model.model.config.num_hidden_layers
+    answered: list[bool] = []
+
+    def attend(*args: Any) -> torch.Tensor | None:
+        out = kernels.attend(*args)
+        answered.append(out is not None)
+        return out
+
+    batchers = {
+        "kernel": Batcher(model.model, device=CPU, lock=model.lock, attend=attend,
+                          prompt_cache_bytes=0),
+        "sdpa": Batcher(model.model, device=CPU, lock=model.lock, prompt_cache_bytes=0),
+    }  # fmt: skip
+    logits: dict[str, list[torch.Tensor]] = {}
+    for name, batcher in batchers.items():
+        caches = [batcher.new_cache() for _ in range(3)]
+        for i, cache in enumerate(caches):
+            batcher.prefill(cache, list(range(100, 130 + 7 * i)))
+        if name == "kernel":
+            assert answered == []  # a prompt attends through sdpa
+        alone = batcher.step(caches[0], 5)
+        if name == "kernel":
+            assert answered == [True] * layers
+        with torch.inference_mode():
+            together = batcher._forward([_Row(cache, 7) for cache in caches])
+        logits[name] = [alone, *together]
+    assert answered == [True] * layers * 4
+    for got, want in zip(logits["kernel"], logits["sdpa"], strict=True):
+        assert float((got - want).abs().max()) <= 1e-3
+        assert int(got.argmax()) == int(want.argmax())

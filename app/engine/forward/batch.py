@@ -4,10 +4,11 @@ Each session keeps a KV cache of its own (one row, any length): a back or a forc
 that row only, and the batch never holds a shared cache. A batched step feeds each row's last
 token as one ``[rows, 1]`` input with each row's own position id, so the embeddings, the linear
 layers and the head run once for every row; attention runs row by row on each row's own cache,
-through an attention implementation registered here that is sdpa itself when no rows are given
-(a forward pass outside a batch, e.g. a prompt, computes exactly what sdpa computes). A row's
-attention is therefore the very computation it would make alone; only the batched matrix
-products differ from a single row's, within float error.
+through an attention implementation registered here. A one-token step, alone or in a batch,
+attends through the batcher's ``attend`` when it has one (the GGUF kernels', within float error
+of sdpa); anything else (a prompt, a model without it) through sdpa itself. A row's attention is
+therefore the very computation it would make alone; only the batched matrix products differ
+from a single row's, within float error.
 
 Sessions are gathered without a thread of their own: whoever asks while the model is free runs
 the batch for everyone waiting (the *leader*), in its own thread, and the others sleep until
@@ -21,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,11 @@ PROMPT_CACHE_BYTES = 256 * 1024 * 1024
 #: The attention implementation a batched model runs with: sdpa, or sdpa row by row in a batch.
 ROWS_ATTENTION = "maskscope_rows"
 _ROWS_KWARG = "maskscope_rows"
+_ATTEND_KWARG = "maskscope_attend"
+
+#: One query token's attention over a row's keys and values (``[1, 1, heads, dim]``), or None
+#: for inputs it does not take: the GGUF kernels' :meth:`~app.engine.gguf_matmul.Kernels.attend`.
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor | None]
 _registered = threading.Lock()
 
 
@@ -57,20 +63,51 @@ def _rows_attention(
     value: torch.Tensor,
     attention_mask: torch.Tensor | None,
     maskscope_rows: Sequence[DynamicCache] | None = None,
+    maskscope_attend: Attend | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     if maskscope_rows is None:
-        alone: tuple[torch.Tensor, None] = sdpa_attention_forward(
-            module, query, key, value, attention_mask, **kwargs
-        )
-        return alone
+        return _attention(module, query, key, value, attention_mask, maskscope_attend, kwargs)
     outputs = []
     for row, cache in enumerate(maskscope_rows):
         # One query per row: it sees its whole cache, so the row needs no mask (none alone).
         keys, values = cache.update(key[row : row + 1], value[row : row + 1], module.layer_idx)
-        out, _ = sdpa_attention_forward(module, query[row : row + 1], keys, values, None, **kwargs)
+        out, _ = _attention(module, query[row : row + 1], keys, values, None, maskscope_attend,
+                            kwargs)  # fmt: skip
         outputs.append(out)
     return torch.cat(outputs), None
+
+
+def _attention(
+    module: Any,
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor | None,
+    attend: Attend | None,
+    kwargs: dict[str, Any],
+) -> tuple[torch.Tensor, None]:
+    """sdpa, or ``attend`` for one token's step over its whole cache (no mask, nothing else)."""
+    if attend is not None and mask is None and query.shape[2] == 1 and _plain(module, kwargs):
+        out = attend(query, keys, values, kwargs.get("scaling") or module.scaling)
+        if out is not None:
+            return out, None
+    result: tuple[torch.Tensor, None] = sdpa_attention_forward(
+        module, query, keys, values, mask, **kwargs
+    )
+    return result
+
+
+def _plain(module: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether the attention is a plain softmax of scaled scores (no dropout, cap or bias)."""
+    return (
+        not kwargs.get("dropout")
+        and kwargs.get("softcap") is None
+        and kwargs.get("position_bias") is None
+        and kwargs.get("sliding_window") is None
+        and kwargs.get("s_aux") is None
+        and not getattr(module, "training", False)
+    )
 
 
 def enable_rows(module: Any) -> bool:
@@ -212,6 +249,8 @@ class Batcher:
         max_gather_s: the cap on that wait, in seconds.
         prompt_cache_bytes: the bytes of prompts' keys and values kept for sessions that start
             from the same tokens (0: none kept).
+        attend: the attention of each one-token step, alone or batched (sdpa when None or
+            when it declines); a prompt's always runs sdpa.
     """
 
     def __init__(
@@ -224,8 +263,10 @@ class Batcher:
         gather_share: float = 0.25,
         max_gather_s: float = 0.05,
         prompt_cache_bytes: int = PROMPT_CACHE_BYTES,
+        attend: Attend | None = None,
     ) -> None:
         self._module = module
+        self._steps_kwargs: dict[str, Any] = {} if attend is None else {_ATTEND_KWARG: attend}
         self._device = device
         self._lock = lock
         self.batches_rows = enable_rows(module)
@@ -376,7 +417,11 @@ class Batcher:
         ids = torch.tensor([[row.token_id] for row in batch], device=self._device)
         if len(batch) == 1:  # alone: the model's ordinary path, as fast as ever
             out = self._module(
-                input_ids=ids, cache=batch[0].cache, use_cache=True, logits_to_keep=1
+                input_ids=ids,
+                cache=batch[0].cache,
+                use_cache=True,
+                logits_to_keep=1,
+                **self._steps_kwargs,
             )
         else:
             positions = [[row.cache.get_seq_length()] for row in batch]
@@ -386,6 +431,7 @@ class Batcher:
                 use_cache=False,
                 logits_to_keep=1,
                 **{_ROWS_KWARG: [row.cache for row in batch]},
+                **self._steps_kwargs,
             )
         logits: torch.Tensor = out.logits[:, -1].float()
         return list(logits.unbind(0))
