@@ -51,6 +51,7 @@ _Q4_1, _Q8_0 = 3, 8  # ggml's type numbers
 # Either way a row's sums never depend on the other rows.
 _SOURCE = r"""
 #include <stdint.h>
+#include <stdlib.h>
 #include <math.h>
 #define ROWS 8
 #define MAX_DIM 256
@@ -147,8 +148,10 @@ static inline __m512 exp_neg(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-void attend(const float *q, int64_t H, const float *k, const float *v, int64_t KV, int64_t L,
-            int64_t kstride, int64_t vstride, int64_t D, float scale, float *s, float *out) {
+int attend(const float *q, int64_t H, const float *k, const float *v, int64_t KV, int64_t L,
+            int64_t kstride, int64_t vstride, int64_t D, float scale, float *out) {
+    float *s = malloc(L * sizeof(float));  /* the scores, then their exponentials */
+    if (!s) return 1;
     for (int64_t h = 0; h < H; h++) {
         const float *qh = q + h * D, *kh = k + h / (H / KV) * kstride;
         const float *vh = v + h / (H / KV) * vstride;
@@ -179,6 +182,8 @@ void attend(const float *q, int64_t H, const float *k, const float *v, int64_t K
         for (int64_t d = 0; d < D; d += 16)
             _mm512_storeu_ps(out + h * D + d, _mm512_mul_ps(o[d / 16], inverse));
     }
+    free(s);
+    return 0;
 }
 
 #else
@@ -237,8 +242,10 @@ void q80_mm(const float *x, int64_t M, int64_t K, const int8_t *qs, const float 
     }
 }
 
-void attend(const float *q, int64_t H, const float *k, const float *v, int64_t KV, int64_t L,
-            int64_t kstride, int64_t vstride, int64_t D, float scale, float *s, float *out) {
+int attend(const float *q, int64_t H, const float *k, const float *v, int64_t KV, int64_t L,
+            int64_t kstride, int64_t vstride, int64_t D, float scale, float *out) {
+    float *s = malloc(L * sizeof(float));  /* the scores, then their exponentials */
+    if (!s) return 1;
     for (int64_t h = 0; h < H; h++) {
         const float *qh = q + h * D, *kh = k + h / (H / KV) * kstride;
         const float *vh = v + h / (H / KV) * vstride;
@@ -256,6 +263,8 @@ void attend(const float *q, int64_t H, const float *k, const float *v, int64_t K
                 out[h * D + d] = fmaf(s[j], vh[j * D + d], out[h * D + d]);
         for (int64_t d = 0; d < D; d++) out[h * D + d] /= total;
     }
+    free(s);
+    return 0;
 }
 
 #endif
@@ -280,8 +289,8 @@ class Kernels:
         self._q80.restype = None
         self._attend = library.attend
         self._attend.argtypes = [pointer, size, pointer, pointer, size, size, size, size, size,
-                                 ctypes.c_float, pointer, pointer]  # fmt: skip
-        self._attend.restype = None
+                                 ctypes.c_float, pointer]  # fmt: skip
+        self._attend.restype = ctypes.c_int
 
     @classmethod
     def build(cls, cache_dir: Path, *, portable: bool = False) -> Kernels:
@@ -367,41 +376,43 @@ class Kernels:
         Returns:
             ``[1, 1, heads, dim]``, the layout transformers' attention functions return.
         """
-        heads, dim = query.shape[1], query.shape[-1]
-        kv_heads, length = keys.shape[1], keys.shape[2]
-        tensors = (query, keys, values)
+        # Checked in as few calls as may be: this runs for every layer of every row's step.
+        rows, heads, tokens, dim = query.shape
+        _, kv_heads, length, key_dim = keys.shape
+        key_strides, value_strides = keys.stride(), values.stride()
         if (
-            query.shape[0] != 1
-            or query.shape[2] != 1
+            rows != 1
+            or tokens != 1
             or keys.shape != values.shape
             or keys.shape[0] != 1
-            or keys.shape[3] != dim
+            or key_dim != dim
             or not 0 < dim <= 256
             or dim % 16
             or not length
             or heads % kv_heads
-            or any(t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors)
-            or any(t.stride(3) != 1 or t.stride(2) != dim for t in (keys, values))
+            or key_strides[2:] != (dim, 1)
+            or value_strides[2:] != (dim, 1)
+            or not (query.is_cpu and keys.is_cpu and values.is_cpu)
+            or not query.dtype == keys.dtype == values.dtype == torch.float32
         ):
             return None
-        query = query.contiguous()
-        scores = torch.empty(length, dtype=torch.float32)
-        out = torch.empty(1, 1, heads, dim, dtype=torch.float32)
-        self._attend(
+        if not query.is_contiguous():
+            query = query.contiguous()
+        out = torch.empty(1, 1, heads, dim)
+        failed = self._attend(
             query.data_ptr(),
             heads,
             keys.data_ptr(),
             values.data_ptr(),
             kv_heads,
             length,
-            keys.stride(1),
-            values.stride(1),
+            key_strides[1],
+            value_strides[1],
             dim,
             scale,
-            scores.data_ptr(),
             out.data_ptr(),
         )
-        return out
+        return None if failed else out  # failed: no memory for the scores
 
 
 def _cpu_flags() -> str:
