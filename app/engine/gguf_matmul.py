@@ -13,6 +13,9 @@ The kernel is C, compiled once per machine into the cache directory (``cc``; abo
 without a compiler, or on inputs it does not take (more than :data:`MAX_KERNEL_ROWS` rows, a
 prompt's prefill for one, another dtype or device), a layer runs torch's float32 matmul on the
 weights it keeps. Every block is checked bit for bit against the loaded float32 weight first.
+
+The same library computes one token's attention over a session's cache (:meth:`Kernels.attend`),
+which the batcher uses for one-token steps: a call into torch's sdpa costs more than the work.
 """
 
 from __future__ import annotations

@@ -45,7 +45,8 @@ __all__ = [
 #: The bytes of prompt caches a batcher keeps (keys, values and logits), least recently used out.
 PROMPT_CACHE_BYTES = 256 * 1024 * 1024
 
-#: The attention implementation a batched model runs with: sdpa, or sdpa row by row in a batch.
+#: The attention implementation a batched model runs with: sdpa (or the batcher's ``attend`` for
+#: a one-token step), row by row in a batch.
 ROWS_ATTENTION = "maskscope_rows"
 _ROWS_KWARG = "maskscope_rows"
 _ATTEND_KWARG = "maskscope_attend"
