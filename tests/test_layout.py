@@ -22,6 +22,7 @@ LAYERS = {
     "app.caps": 0,
     "app.exceptions": 0,
     "app.paths": 0,
+    "app.pysource": 0,
     "app.verdicts": 0,
     "app.vocabulary": 0,
     "app.settings": 1,
