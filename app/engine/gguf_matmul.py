@@ -151,42 +151,34 @@ static inline __m512 exp_neg(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-int attend(const float *q, int64_t H, const float *k, const float *v, int64_t KV, int64_t L,
-            int64_t kstride, int64_t vstride, int64_t D, float scale, float *out) {
-    float *s = malloc(L * sizeof(float));  /* the scores, then their exponentials */
-    if (!s) return 1;
-    for (int64_t h = 0; h < H; h++) {
-        const float *qh = q + h * D, *kh = k + h / (H / KV) * kstride;
-        const float *vh = v + h / (H / KV) * vstride;
-        float top = -INFINITY;
-        for (int64_t j = 0; j < L; j++) {
-            __m512 acc = _mm512_setzero_ps();
-            for (int64_t d = 0; d < D; d += 16)
-                acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh + d), _mm512_loadu_ps(kh + j * D + d),
-                                      acc);
-            s[j] = _mm512_reduce_add_ps(acc) * scale;
-            top = s[j] > top ? s[j] : top;
-        }
-        __m512 total = _mm512_setzero_ps(), t = _mm512_set1_ps(top);
-        for (int64_t j = 0; j < L; j += 16) {
-            __mmask16 m = L - j >= 16 ? 0xFFFF : (__mmask16)((1u << (L - j)) - 1);
-            __m512 e = exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), t));
-            _mm512_mask_storeu_ps(s + j, m, e);
-            total = _mm512_add_ps(total, _mm512_maskz_mov_ps(m, e));
-        }
-        __m512 o[MAX_DIM / 16];
-        for (int64_t d = 0; d < D; d += 16) o[d / 16] = _mm512_setzero_ps();
-        for (int64_t j = 0; j < L; j++) {
-            __m512 p = _mm512_set1_ps(s[j]);
-            for (int64_t d = 0; d < D; d += 16)
-                o[d / 16] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vh + j * D + d), o[d / 16]);
-        }
-        __m512 inverse = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(total));
+/* One query head against its key head: the scores (then their exponentials) in s. */
+static void attend_head(const float *qh, const float *kh, const float *vh, int64_t L, int64_t D,
+                        float scale, float *s, float *oh) {
+    float top = -INFINITY;
+    for (int64_t j = 0; j < L; j++) {
+        __m512 acc = _mm512_setzero_ps();
         for (int64_t d = 0; d < D; d += 16)
-            _mm512_storeu_ps(out + h * D + d, _mm512_mul_ps(o[d / 16], inverse));
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh + d), _mm512_loadu_ps(kh + j * D + d), acc);
+        s[j] = _mm512_reduce_add_ps(acc) * scale;
+        top = s[j] > top ? s[j] : top;
     }
-    free(s);
-    return 0;
+    __m512 total = _mm512_setzero_ps(), t = _mm512_set1_ps(top);
+    for (int64_t j = 0; j < L; j += 16) {
+        __mmask16 m = L - j >= 16 ? 0xFFFF : (__mmask16)((1u << (L - j)) - 1);
+        __m512 e = exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), t));
+        _mm512_mask_storeu_ps(s + j, m, e);
+        total = _mm512_add_ps(total, _mm512_maskz_mov_ps(m, e));
+    }
+    __m512 o[MAX_DIM / 16];
+    for (int64_t d = 0; d < D; d += 16) o[d / 16] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < L; j++) {
+        __m512 p = _mm512_set1_ps(s[j]);
+        for (int64_t d = 0; d < D; d += 16)
+            o[d / 16] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vh + j * D + d), o[d / 16]);
+    }
+    __m512 inverse = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(total));
+    for (int64_t d = 0; d < D; d += 16)
+        _mm512_storeu_ps(oh + d, _mm512_mul_ps(o[d / 16], inverse));
 }
 
 #else
@@ -245,32 +237,35 @@ void q80_mm(const float *x, int64_t M, int64_t K, const int8_t *qs, const float 
     }
 }
 
-int attend(const float *q, int64_t H, const float *k, const float *v, int64_t KV, int64_t L,
-            int64_t kstride, int64_t vstride, int64_t D, float scale, float *out) {
-    float *s = malloc(L * sizeof(float));  /* the scores, then their exponentials */
-    if (!s) return 1;
-    for (int64_t h = 0; h < H; h++) {
-        const float *qh = q + h * D, *kh = k + h / (H / KV) * kstride;
-        const float *vh = v + h / (H / KV) * vstride;
-        float top = -INFINITY, total = 0;
-        for (int64_t j = 0; j < L; j++) {
-            float dot = 0;
-            for (int64_t d = 0; d < D; d++) dot = fmaf(qh[d], kh[j * D + d], dot);
-            s[j] = dot * scale;
-            top = s[j] > top ? s[j] : top;
-        }
-        for (int64_t j = 0; j < L; j++) total += s[j] = expf(s[j] - top);
-        for (int64_t d = 0; d < D; d++) out[h * D + d] = 0;
-        for (int64_t j = 0; j < L; j++)
-            for (int64_t d = 0; d < D; d++)
-                out[h * D + d] = fmaf(s[j], vh[j * D + d], out[h * D + d]);
-        for (int64_t d = 0; d < D; d++) out[h * D + d] /= total;
+/* One query head against its key head: the scores (then their exponentials) in s. */
+static void attend_head(const float *qh, const float *kh, const float *vh, int64_t L, int64_t D,
+                        float scale, float *s, float *oh) {
+    float top = -INFINITY, total = 0;
+    for (int64_t j = 0; j < L; j++) {
+        float dot = 0;
+        for (int64_t d = 0; d < D; d++) dot = fmaf(qh[d], kh[j * D + d], dot);
+        s[j] = dot * scale;
+        top = s[j] > top ? s[j] : top;
     }
-    free(s);
-    return 0;
+    for (int64_t j = 0; j < L; j++) total += s[j] = expf(s[j] - top);
+    for (int64_t d = 0; d < D; d++) oh[d] = 0;
+    for (int64_t j = 0; j < L; j++)
+        for (int64_t d = 0; d < D; d++) oh[d] = fmaf(s[j], vh[j * D + d], oh[d]);
+    for (int64_t d = 0; d < D; d++) oh[d] /= total;
 }
 
 #endif
+
+int attend(const float *q, int64_t H, const float *k, const float *v, int64_t KV, int64_t L,
+           int64_t kstride, int64_t vstride, int64_t D, float scale, float *out) {
+    float *s = malloc(L * sizeof(float));
+    if (!s) return 1;
+    for (int64_t h = 0; h < H; h++)
+        attend_head(q + h * D, k + h / (H / KV) * kstride, v + h / (H / KV) * vstride, L, D,
+                    scale, s, out + h * D);
+    free(s);
+    return 0;
+}
 """
 _FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-shared", "-fPIC")
 
