@@ -26,8 +26,8 @@ VLLM_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VLLM_HOST ?= 127.0.0.1
 VLLM_PORT ?= 8100
 # `make test` runs the tests on this many pytest-xdist workers (0: in one process, serially).
-# Serial by default: on 2 workers a 2-core machine is loaded enough that the browser tests'
-# Doctor requests can fill the per-client queue (429) and fail a test now and then.
+# Serial by default: the races two workers found are fixed, but the serial suite has the
+# longer record of clean runs (README, "Running the tests").
 TEST_WORKERS ?= 0
 
 .PHONY: run test lint bench install browser postgres proxy vendor vllm vllm-install

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections import Counter
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from playwright.sync_api import Browser, Page, Request, Route, expect
 
@@ -123,27 +121,9 @@ def test_p1_a_run_after_an_option_change_runs_in_the_new_session(
     page.evaluate("() => document.querySelector('#tests-result .remove-test').click()")
 
 
-def _doctor_idle(base: str, timeout_s: float = 120.0) -> None:
-    """Wait until the server runs and queues no examination: the pages of earlier tests leave
-    theirs behind, and they count against this page's client (at most 4 waiting, then 429)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        busy = [
-            line
-            for line in httpx.get(f"{base}/metrics", timeout=30).text.splitlines()
-            if line.startswith(("maskscope_queue_waiting{", "maskscope_queue_running{"))
-            and 'pool="doctor"' in line
-            and float(line.rsplit(" ", 1)[1]) > 0
-        ]
-        if not busy:
-            return
-        time.sleep(0.2)
-
-
 def test_p2_the_doctor_of_an_old_setup_is_dropped_with_its_marks(
     page: Page, live_server: str
 ) -> None:
-    _doctor_idle(live_server)
     _open(page, live_server)
     _set_source(page, UNIQUE)
     page.click('.compile-panel .tab-button[data-view="doctor"]')
