@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from app.engine.compile_worker import (
     Held,
     clean_message,
     compile_request,
+    compile_threads,
     fetch_request,
     rule_names,
 )
@@ -30,6 +32,24 @@ def compiler() -> xgr.GrammarCompiler:
 def _compile(compiler: xgr.GrammarCompiler, kind: str, source: Any) -> dict[str, Any]:
     text = source if isinstance(source, str) else json.dumps(source, indent=2)
     return compile_request(compiler, {"kind": kind, "source": text, "options": OPTIONS})
+
+
+def test_every_compile_runs_in_the_one_compile_thread_and_its_errors_reach_the_answer(
+    compiler: xgr.GrammarCompiler,
+) -> None:
+    for source in ('root ::= "a"', 'root ::= "b"+', "root ::= ("):
+        answer = _compile(compiler, "ebnf", source)
+    assert answer["ok"] is False and "EBNF parser error" in answer["error"]["message"]
+    assert _compile(compiler, "regex", "[ab]{2}")["ok"] is True
+    names = [thread.name for thread in threading.enumerate()]
+    assert names.count("maskscope-compile-one") == 1
+
+
+@pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 2), (8, 8), (64, 8)])
+def test_xgrammar_gets_no_more_threads_than_cores_and_at_most_its_default(
+    cores: int, threads: int
+) -> None:
+    assert compile_threads(cores) == threads
 
 
 def test_clean_message_strips_the_log_prefix() -> None:
