@@ -172,18 +172,26 @@ class WorkPool:
     def _work(self, first: _Job) -> None:
         job: _Job | None = first
         while job is not None:
-            if job.future.set_running_or_notify_cancel():
-                started = time.perf_counter()
-                outcome = "ok"
-                try:
-                    result = job.call()
-                except BaseException as error:  # handed to the caller, like an executor does
-                    outcome = error.code if isinstance(error, MaskscopeError) else "error"
-                    job.future.set_exception(error)
-                else:
-                    job.future.set_result(result)
-                self._observe(time.perf_counter() - started, outcome)
+            settle = self._execute(job)
+            # Counted over before its caller hears of it: a job sent at once after this one's
+            # answer never finds it still running (a 429 at the bound, a stale ``pending``).
             job = self._next(job)
+            if settle is not None:
+                settle()
+
+    def _execute(self, job: _Job) -> Callable[[], None] | None:
+        """Run ``job`` unless it was cancelled; what hands its outcome to the caller."""
+        if not job.future.set_running_or_notify_cancel():
+            return None
+        started = time.perf_counter()
+        try:
+            result = job.call()
+        except BaseException as error:  # handed to the caller, like an executor does
+            outcome = error.code if isinstance(error, MaskscopeError) else "error"
+            self._observe(time.perf_counter() - started, outcome)
+            return functools.partial(job.future.set_exception, error)
+        self._observe(time.perf_counter() - started, "ok")
+        return functools.partial(job.future.set_result, result)
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn`` on a thread of this pool, in the caller's context, and return its result.

@@ -8,8 +8,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.doctor import MAX_BUDGET_MS
+from app.doctor import MAX_BUDGET_MS, Doctor
+from app.engine import Engine, GrammarKind, GrammarSpec
 from app.examples import EXAMPLES_DIR
+from app.settings import Settings
+from app.web.state import AppState
 from tests.conftest import as_page
 
 UNIQUE = json.dumps({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, indent=2)
@@ -128,3 +131,21 @@ def test_the_tab_shows_findings_with_their_witness_marked(client: TestClient) ->
     row = html[html.index('data-pointer="/properties/n/not"') :]
     assert '<b class="kw-name">not</b>' in row[:600] and "data-replay-text=" in row[:2000]
     assert "/not/const" not in html
+
+
+def test_no_witness_from_a_search_cut_short_is_not_told_as_none_to_find(
+    engine: Engine, settings: Settings
+) -> None:
+    # Forty strings a document: the Doctor's least budget is spent within the first few.
+    fields = {f"field_{i}": {"type": "string"} for i in range(40)}
+    schema = {"type": "object", "properties": fields, "required": list(fields)}
+    spec = GrammarSpec(GrammarKind.JSON_SCHEMA, json.dumps(schema, indent=2))
+    report = Doctor.of(engine).examine(spec, seed=0, budget_ms=100)
+    assert report.search is not None and report.search.cut_short and not report.witnesses
+    html = AppState(settings).render(
+        "partials/_doctor.html", {"report": report, "marks": [], "flagged": 0, "max_tokens": None}
+    )
+    judged = report.search.grammar_documents + report.search.schema_documents
+    said = f"No witness among the {judged} documents judged, but the examination was cut short"
+    assert said in html
+    assert "every document the grammar wrote passed" not in html

@@ -131,6 +131,26 @@ def test_a_cancelled_caller_takes_its_waiting_job_out_of_the_queue() -> None:
         pool.shutdown()
 
 
+def test_a_job_is_counted_over_before_its_caller_has_the_answer() -> None:
+    # One thread and no queue: the next job is refused while this one still counts as running.
+    pool = WorkPool("compile", threads=1, queue=0)
+    # The thread ends a job by telling the observer, then counting it over: a slow observer
+    # holds the thread there, where a caller told too early would find its job running.
+    pool.observer = lambda seconds, outcome: time.sleep(0.2)
+
+    async def scenario() -> list[str]:
+        answers = []
+        for word in ("one", "two", "three"):
+            answers.append(await pool.run(str, word))
+            assert (pool.pending, pool.running) == (0, 0)
+        return answers
+
+    try:
+        assert _run(scenario()) == ["one", "two", "three"]
+    finally:
+        pool.shutdown()
+
+
 def _slow_schema(i: int) -> str:
     # xgrammar needs tens of seconds for this pattern here (3.5 s at 3000 repetitions when idle).
     return json.dumps({"type": "string", "pattern": f"^(ab|cd|ef){{1,{6000 + i}}}$"})
