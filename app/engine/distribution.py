@@ -6,10 +6,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from app.engine.forward.base import RawDistribution
-from app.engine.mask import allowed_array, allowed_vector
 from app.engine.records import TopToken
 from app.engine.tokens import Tokens
 
@@ -77,30 +77,28 @@ class MaskedDistribution:
 
 
 def mask_distribution(
-    raw: RawDistribution, bitmask: torch.Tensor, *, tokens: Tokens, top_k: int
+    raw: RawDistribution, allowed: np.ndarray, *, tokens: Tokens, top_k: int
 ) -> MaskedDistribution:
-    """The figures of ``raw`` under ``bitmask`` (row 0, packed int32 words, on the CPU)."""
+    """The figures of ``raw`` under the mask ``allowed`` (:func:`~app.engine.mask.allowed_array`
+    of its words: the step unpacks them once, for these figures and its checks)."""
     if raw.logits is None:
-        return _mask_top_k(raw, bitmask, tokens=tokens, top_k=top_k)
+        return _mask_top_k(raw, allowed, tokens=tokens, top_k=top_k)
     logits = raw.logits
-    allowed = allowed_vector(bitmask[0].to(logits.device, non_blocking=True), tokens.vocab_size)
+    # Few torch calls: each gives the GIL up and waits for it again, behind the forward pass of
+    # a batch while other sessions' steps are checked.
+    allowed_t = torch.from_numpy(allowed).to(logits.device, non_blocking=True)
     probs = torch.softmax(logits, dim=-1)
     top_probs, top_ids = torch.topk(probs, top_k)
+    ids = top_ids.tolist()
     shown_logits: list[float | None] = (
         logits[top_ids].tolist() if raw.logits_known else [None] * top_k
     )
     top = tuple(
-        TopToken(token_id=i, text=tokens.text(i), prob=p, logit=logit, allowed=ok)
-        for p, i, logit, ok in zip(
-            top_probs.tolist(),
-            top_ids.tolist(),
-            shown_logits,
-            allowed[top_ids].tolist(),
-            strict=True,
-        )
+        TopToken(token_id=i, text=tokens.text(i), prob=p, logit=logit, allowed=bool(allowed[i]))
+        for p, i, logit in zip(top_probs.tolist(), ids, shown_logits, strict=True)
     )
-    blocked = float(probs.masked_fill(allowed, 0.0).sum())
-    allowed_count = int(allowed.sum())
+    blocked = float(probs.masked_fill(allowed_t, 0.0).sum())
+    allowed_count = int(np.count_nonzero(allowed))
     return MaskedDistribution(
         top=top,
         allowed_count=allowed_count,
@@ -108,7 +106,7 @@ def mask_distribution(
         blocked_mass_max=blocked,
         probs=probs,
         reports_bounds=not raw.logits_known,
-        allowed_tokens=_allowed_tokens(logits, probs, allowed, tokens, raw.logits_known)
+        allowed_tokens=_allowed_tokens(logits, probs, allowed_t, tokens, raw.logits_known)
         if allowed_count <= ALLOWED_LIST_MAX
         else (),
     )
@@ -132,7 +130,7 @@ def _allowed_tokens(
 
 
 def _mask_top_k(
-    raw: RawDistribution, bitmask: torch.Tensor, *, tokens: Tokens, top_k: int
+    raw: RawDistribution, allowed: np.ndarray, *, tokens: Tokens, top_k: int
 ) -> MaskedDistribution:
     """From a top-K: exact figures for the known tokens, bounds for the mass of the others.
 
@@ -141,7 +139,6 @@ def _mask_top_k(
     blocked ones holding between ``rest - allowed_unknown * floor`` and
     ``min(rest, blocked_unknown * floor)`` of it.
     """
-    allowed = allowed_array(bitmask[0], tokens.vocab_size)
     known = {i: math.exp(lp) for i, lp in (*raw.top_logprobs, *raw.extra_logprobs)}
     top_k_ids = frozenset(i for i, _ in raw.top_logprobs)
     top = tuple(

@@ -521,9 +521,9 @@ class Session:
     ) -> StepRecord:
         """Step ``ahead.index``'s record, its checks done: the distribution's view, the probe
         and the follower's comparison, on copies of the matcher in the step's state."""
-        view = mask_distribution(raw, ahead.bitmask, tokens=self._tokens, top_k=self.top_k)
         words = ahead.bitmask[0]
         allowed = allowed_array(words, self._tokens.vocab_size)
+        view = mask_distribution(raw, allowed, tokens=self._tokens, top_k=self.top_k)
         top = [t.token_id for t in view.top]
         probe, comparison = Probe(0), None  # no mask applied: nothing to cross-check
         if ahead.masked:
