@@ -229,6 +229,9 @@ def serve(conn: Connection, setup: dict[str, Any], settings: Settings) -> None:
     engine = Engine(model, compiler, settings, owns_compiler=False)
     doctor = Doctor(engine)
     doctor.vocab()
+    # Built on first use otherwise: in the first examination, beside its witness search, whose
+    # ~30 ms it took to 0.3-0.45 s (it holds the GIL) and, under load, past its time budget.
+    engine.llguidance.tokenizer()
     cap_memory(settings.doctor_memory_mb)
     link.send(("ready",))
     while True:
