@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StaticCache
 
+from app.engine.gguf_matmul import KernelVariant, kernel_variants
 from app.engine.model import checkpoint_source, use_embedded_gguf_blocks
 from app.examples import load_examples
 from app.settings import Settings
@@ -109,9 +110,9 @@ def _variants(source: str, compile_too: bool, threads: int) -> list[Variant]:
         model.static_cache = True
         return model
 
-    def gguf() -> Any:
+    def gguf(variant: KernelVariant = "native") -> Any:
         model = load()
-        if not use_embedded_gguf_blocks(model, Settings(cpu_matmul="gguf")):
+        if not use_embedded_gguf_blocks(model, Settings(cpu_matmul="gguf"), variant=variant):
             raise RuntimeError("the GGUF blocks could not be used")
         return model
 
@@ -151,6 +152,11 @@ def _variants(source: str, compile_too: bool, threads: int) -> list[Variant]:
         (f"float32 eager {threads} thr", lambda: load(attn="eager"), threads),
         (f"float32 static {threads} thr", static, threads),
         (f"gguf blocks {threads} thr", gguf, threads),
+        # The builds other CPUs run (the shipped one is this CPU's own, above).
+        *(
+            (f"gguf {variant} {threads} thr", lambda v=variant: gguf(v), threads)
+            for variant in kernel_variants()[1:]
+        ),  # fmt: skip
         (f"bfloat16 {threads} thr", lambda: load(torch.bfloat16), threads),
         (f"bf16 w, f32 comp {threads} thr", upcast, threads),
         (f"int8 dynamic {threads} thr", lambda: int8(True), threads),

@@ -28,14 +28,24 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
-__all__ = ["MAX_KERNEL_ROWS", "BlockLinear", "GgufMatmulError", "Kernels", "use_gguf_blocks"]
+__all__ = [
+    "MAX_KERNEL_ROWS",
+    "BlockLinear",
+    "Slot",
+    "GgufMatmulError",
+    "KernelVariant",
+    "Kernels",
+    "kernel_variants",
+    "use_gguf_blocks",
+]
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +65,16 @@ _Q4_1, _Q8_0 = 3, 8  # ggml's type numbers
 _SOURCE = r"""
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <math.h>
 #define ROWS 8
 #define MAX_DIM 256
 #define Q41 4
 #define INLINE static inline __attribute__((always_inline))
 
-#if defined(__AVX512F__) && !defined(MASKSCOPE_PORTABLE)
+#if defined(__AVX512F__) && !defined(MASKSCOPE_PORTABLE) && !defined(MASKSCOPE_AVX2)
 #include <immintrin.h>
+const char *kernel_isa(void) { return "avx512"; }
 
 INLINE void weights(int kind, const void *qs, int64_t i, const float *d, const float *mn,
                     __m512 w[2]) {
@@ -152,8 +164,8 @@ static inline __m512 exp_neg(__m512 x) {
 }
 
 /* One query head against its key head: the scores (then their exponentials) in s. */
-static void attend_head(const float *qh, const float *kh, const float *vh, int64_t L, int64_t D,
-                        float scale, float *s, float *oh) {
+INLINE void head(const float *qh, const float *kh, const float *vh, int64_t L, int64_t D,
+                 float scale, float *s, float *oh) {
     float top = -INFINITY;
     for (int64_t j = 0; j < L; j++) {
         __m512 acc = _mm512_setzero_ps();
@@ -181,7 +193,141 @@ static void attend_head(const float *qh, const float *kh, const float *vh, int64
         _mm512_storeu_ps(oh + d, _mm512_mul_ps(o[d / 16], inverse));
 }
 
+#elif (defined(__AVX2__) && defined(__FMA__)) && !defined(MASKSCOPE_PORTABLE)
+#include <immintrin.h>
+#define GROUP 4
+const char *kernel_isa(void) { return "avx2"; }
+
+/* The 32 weights of block i in four 8-lane registers, in order. */
+INLINE void weights(int kind, const void *qs, int64_t i, const float *d, const float *mn,
+                    __m256 w[4]) {
+    __m256 dd = _mm256_set1_ps(d[i]);
+    if (kind == Q41) {
+        __m128i p = _mm_loadu_si128((const __m128i *)((const uint8_t *)qs + i * 16));
+        __m128i low = _mm_set1_epi8(15);
+        __m128i q[2] = {_mm_and_si128(p, low), _mm_and_si128(_mm_srli_epi16(p, 4), low)};
+        __m256 mm = _mm256_set1_ps(mn[i]);
+        for (int h = 0; h < 2; h++) {
+            __m256 a = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q[h]));
+            __m256 b = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q[h], 8)));
+            w[2 * h] = _mm256_add_ps(_mm256_mul_ps(dd, a), mm);
+            w[2 * h + 1] = _mm256_add_ps(_mm256_mul_ps(dd, b), mm);
+        }
+    } else {
+        const int8_t *q = (const int8_t *)qs + i * 32;
+        for (int h = 0; h < 4; h++) {
+            __m128i p = _mm_loadl_epi64((const __m128i *)(q + 8 * h));
+            w[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(p)), dd);
+        }
+    }
+}
+
+INLINE float sum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* Output n of up to GROUP rows. Sixteen registers hold no more than four rows' sums beside the
+   weights; a row's sums are the same whatever its group (two accumulators, the same order). */
+INLINE void rows_n(int rows, int kind, const float *x, int64_t K, const void *qs,
+                   const float *d, const float *mn, int64_t n, int64_t N, float *y) {
+    int64_t KB = K / 32;
+    __m256 acc[GROUP][2];
+    for (int r = 0; r < rows; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < KB; b++) {
+        __m256 w[4];
+        weights(kind, qs, n * KB + b, d, mn, w);
+        for (int r = 0; r < rows; r++) {
+            const float *xr = x + r * K + b * 32;
+            for (int h = 0; h < 4; h++)
+                acc[r][h & 1] = _mm256_fmadd_ps(w[h], _mm256_loadu_ps(xr + 8 * h), acc[r][h & 1]);
+        }
+    }
+    for (int r = 0; r < rows; r++) y[r * N + n] = sum8(_mm256_add_ps(acc[r][0], acc[r][1]));
+}
+
+/* Every group of a batch for one output before the next output: its blocks stay in L1. */
+static void mm(int kind, const float *x, int64_t M, int64_t K, const void *qs, const float *d,
+               const float *mn, int64_t N, float *y) {
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t g = 0; g < M; g += GROUP) {
+            const float *xg = x + g * K;
+            float *yg = y + g * N;
+            switch (M - g < GROUP ? M - g : GROUP) {
+            case 1: rows_n(1, kind, xg, K, qs, d, mn, n, N, yg); break;
+            case 2: rows_n(2, kind, xg, K, qs, d, mn, n, N, yg); break;
+            case 3: rows_n(3, kind, xg, K, qs, d, mn, n, N, yg); break;
+            default: rows_n(GROUP, kind, xg, K, qs, d, mn, n, N, yg); break;
+            }
+        }
+}
+
+void q41_mm(const float *x, int64_t M, int64_t K, const uint8_t *qs, const float *d,
+            const float *mn, int64_t N, float *y) {
+    mm(Q41, x, M, K, qs, d, mn, N, y);
+}
+
+void q80_mm(const float *x, int64_t M, int64_t K, const int8_t *qs, const float *d,
+            int64_t N, float *y) {
+    mm(0, x, M, K, qs, d, 0, N, y);
+}
+
+/* e^x for x <= 0, as the AVX-512 build computes it; 2^n made in the exponent's bits. */
+static inline __m256 exp_neg(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
+}
+
+/* One query head against its key head: the scores (then their exponentials) in s. */
+INLINE void head(const float *qh, const float *kh, const float *vh, int64_t L, int64_t D,
+                 float scale, float *s, float *oh) {
+    float top = -INFINITY;
+    for (int64_t j = 0; j < L; j++) {
+        __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+        for (int64_t d = 0; d < D; d += 16) {
+            const float *kj = kh + j * D + d;
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(kj), a);
+            b = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d + 8), _mm256_loadu_ps(kj + 8), b);
+        }
+        s[j] = sum8(_mm256_add_ps(a, b)) * scale;
+        top = s[j] > top ? s[j] : top;
+    }
+    __m256 total = _mm256_setzero_ps(), t = _mm256_set1_ps(top);
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int64_t j = 0; j < L; j += 8) {
+        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(L - j < 8 ? L - j : 8)), lanes);
+        __m256 e = exp_neg(_mm256_sub_ps(_mm256_maskload_ps(s + j, m), t));
+        e = _mm256_and_ps(e, _mm256_castsi256_ps(m));
+        _mm256_maskstore_ps(s + j, m, e);
+        total = _mm256_add_ps(total, e);
+    }
+    __m256 o[MAX_DIM / 8];
+    for (int64_t d = 0; d < D; d += 8) o[d / 8] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < L; j++) {
+        __m256 p = _mm256_set1_ps(s[j]);
+        for (int64_t d = 0; d < D; d += 8)
+            o[d / 8] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vh + j * D + d), o[d / 8]);
+    }
+    __m256 inverse = _mm256_set1_ps(1.0f / sum8(total));
+    for (int64_t d = 0; d < D; d += 8)
+        _mm256_storeu_ps(oh + d, _mm256_mul_ps(o[d / 8], inverse));
+}
+
 #else
+const char *kernel_isa(void) { return "plain"; }
 
 static void finish(float acc[ROWS][32], int64_t rows, int64_t r0, int64_t N, int64_t n,
                    float *y) {
@@ -238,8 +384,8 @@ void q80_mm(const float *x, int64_t M, int64_t K, const int8_t *qs, const float 
 }
 
 /* One query head against its key head: the scores (then their exponentials) in s. */
-static void attend_head(const float *qh, const float *kh, const float *vh, int64_t L, int64_t D,
-                        float scale, float *s, float *oh) {
+INLINE void head(const float *qh, const float *kh, const float *vh, int64_t L, int64_t D,
+                 float scale, float *s, float *oh) {
     float top = -INFINITY, total = 0;
     for (int64_t j = 0; j < L; j++) {
         float dot = 0;
@@ -256,6 +402,26 @@ static void attend_head(const float *qh, const float *kh, const float *vh, int64
 
 #endif
 
+/* The embedded model's heads are 64 wide: with the width known, the query stays in registers
+   and the loops unroll (1.5x faster than any width, and the same sums). */
+static void head_64(const float *qh, const float *kh, const float *vh, int64_t L, float scale,
+                    float *s, float *oh) {
+    head(qh, kh, vh, L, 64, scale, s, oh);
+}
+
+static void head_any(const float *qh, const float *kh, const float *vh, int64_t L, int64_t D,
+                     float scale, float *s, float *oh) {
+    head(qh, kh, vh, L, D, scale, s, oh);
+}
+
+INLINE void attend_head(const float *qh, const float *kh, const float *vh, int64_t L, int64_t D,
+                        float scale, float *s, float *oh) {
+    if (D == 64)
+        head_64(qh, kh, vh, L, scale, s, oh);
+    else
+        head_any(qh, kh, vh, L, D, scale, s, oh);
+}
+
 int attend(const float *q, int64_t H, const float *k, const float *v, int64_t KV, int64_t L,
            int64_t kstride, int64_t vstride, int64_t D, float scale, float *out) {
     float *s = malloc(L * sizeof(float));
@@ -266,8 +432,49 @@ int attend(const float *q, int64_t H, const float *k, const float *v, int64_t KV
     free(s);
     return 0;
 }
+
+/* A batch's one-token step, every row in one call: row r's new keys and values (k, v:
+   rows x KV x D) are written into its cache at position slots[r].held (room there is the
+   caller's), then its H query heads attend over held + 1 tokens, as attend() does. A slot is
+   {keys, values, held, key head stride, value head stride}, its buffers [KV, capacity, D]. */
+typedef struct { float *keys, *values; int64_t held, kstride, vstride; } slot;
+
+int attend_rows(int64_t R, const float *q, const float *k, const float *v, int64_t H,
+                int64_t KV, int64_t D, const slot *slots, float scale, float *out) {
+    int64_t longest = 0;
+    for (int64_t r = 0; r < R; r++)
+        if (slots[r].held + 1 > longest) longest = slots[r].held + 1;
+    float *s = malloc(longest * sizeof(float));
+    if (!s) return 1;
+    for (int64_t r = 0; r < R; r++) {
+        const slot *c = slots + r;
+        size_t bytes = D * sizeof(float);
+        for (int64_t h = 0; h < KV; h++) {
+            memcpy(c->keys + h * c->kstride + c->held * D, k + (r * KV + h) * D, bytes);
+            memcpy(c->values + h * c->vstride + c->held * D, v + (r * KV + h) * D, bytes);
+        }
+        for (int64_t h = 0; h < H; h++)
+            attend_head(q + (r * H + h) * D, c->keys + h / (H / KV) * c->kstride,
+                        c->values + h / (H / KV) * c->vstride, c->held + 1, D, scale, s,
+                        out + (r * H + h) * D);
+    }
+    free(s);
+    return 0;
+}
 """
 _FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-shared", "-fPIC")
+
+#: A row's cache for :meth:`Kernels.attend_rows`: the addresses of its keys' and values' buffers,
+#: the tokens they hold, and each buffer's stride between heads (in floats).
+Slot = tuple[int, int, int, int, int]
+
+#: Which of the kernels' builds: this CPU's fastest, or one that other CPUs run.
+KernelVariant = Literal["native", "avx2", "portable"]
+_VARIANT_FLAGS: dict[str, tuple[str, ...]] = {
+    "native": (),
+    "avx2": ("-DMASKSCOPE_AVX2",),
+    "portable": ("-DMASKSCOPE_PORTABLE",),
+}
 
 
 class GgufMatmulError(Exception):
@@ -289,14 +496,25 @@ class Kernels:
         self._attend.argtypes = [pointer, size, pointer, pointer, size, size, size, size, size,
                                  ctypes.c_float, pointer]  # fmt: skip
         self._attend.restype = ctypes.c_int
+        self._attend_rows = library.attend_rows
+        self._attend_rows.argtypes = [size, pointer, pointer, pointer, size, size, size, pointer,
+                                      ctypes.c_float, pointer]  # fmt: skip
+        self._attend_rows.restype = ctypes.c_int
+        isa = library.kernel_isa
+        isa.restype = ctypes.c_char_p
+        #: Which build this is: ``avx512``, ``avx2`` (with FMA) or ``plain`` (C, what compilers
+        #: make of it for CPUs with neither).
+        self.isa: str = isa().decode()
 
     @classmethod
-    def build(cls, cache_dir: Path, *, portable: bool = False) -> Kernels:
+    def build(cls, cache_dir: Path, *, variant: KernelVariant = "native") -> Kernels:
         """Compile the kernels once for this machine (cached in ``cache_dir``) and load them.
 
         Args:
             cache_dir: where the compiled library is kept.
-            portable: the plain C kernels even where AVX-512 is (what other CPUs run).
+            variant: ``native``, the fastest this CPU runs (AVX-512, else AVX2 with FMA, else
+                plain C); ``avx2`` or ``portable`` (plain C), what other CPUs run, even where
+                this one has more.
 
         Raises:
             GgufMatmulError: no C compiler, or it failed.
@@ -304,7 +522,7 @@ class Kernels:
         compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
         if compiler is None:
             raise GgufMatmulError("no C compiler (cc) to build the GGUF block kernel")
-        flags = (*_FLAGS, "-DMASKSCOPE_PORTABLE") if portable else _FLAGS
+        flags = (*_FLAGS, *_VARIANT_FLAGS[variant])
         # -march=native: the library is this CPU's; a cache shared across machines keeps one each.
         key = hashlib.sha256(
             "\0".join((_SOURCE, *flags, compiler, platform.machine(), _cpu_flags())).encode()
@@ -359,6 +577,62 @@ class Kernels:
             out.data_ptr(),
         )
 
+    def attend_rows(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        slots: Sequence[Slot],
+        scale: float,
+    ) -> torch.Tensor | None:
+        """A batch's one-token attention in one call: each row's new key and value written into
+        its cache (at the slot's ``held``: the room is the caller's), then its query's attention
+        over the ``held + 1`` tokens, as :meth:`attend` computes it; or None for inputs the
+        kernel does not take (nothing is written then).
+
+        Args:
+            query: ``[rows, heads, 1, dim]``.
+            key, value: the rows' new ones, ``[rows, kv_heads, 1, dim]``.
+            slots: each row's cache, ``(keys, values, held, key head stride, value head
+                stride)``: the addresses of ``[kv_heads, capacity, dim]`` float32 buffers, each
+                head's rows contiguous.
+            scale: the scores' factor.
+
+        Returns:
+            ``[rows, 1, heads, dim]``, the layout transformers' attention functions return.
+        """
+        rows, heads, tokens, dim = query.shape
+        if (
+            tokens != 1
+            or key.shape != value.shape
+            or key.shape[0] != rows
+            or key.shape[2] != 1
+            or key.shape[3] != dim
+            or len(slots) != rows
+            or not 0 < dim <= 256
+            or dim % 16
+            or heads % key.shape[1]
+            or not (query.is_cpu and key.is_cpu and value.is_cpu)
+            or not query.dtype == key.dtype == value.dtype == torch.float32
+        ):
+            return None
+        query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
+        table = np.array(slots, dtype=np.int64)
+        out = torch.empty(rows, 1, heads, dim)
+        failed = self._attend_rows(
+            rows,
+            query.data_ptr(),
+            key.data_ptr(),
+            value.data_ptr(),
+            heads,
+            key.shape[1],
+            dim,
+            table.ctypes.data,
+            scale,
+            out.data_ptr(),
+        )
+        return None if failed else out  # failed: no memory for the scores (nothing written)
+
     def attend(
         self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float
     ) -> torch.Tensor | None:
@@ -411,6 +685,15 @@ class Kernels:
             out.data_ptr(),
         )
         return None if failed else out  # failed: no memory for the scores
+
+
+def kernel_variants() -> tuple[KernelVariant, ...]:
+    """The builds of the kernels this CPU runs: its own, and those of other CPUs it can run."""
+    flags = set(_cpu_flags().split())
+    avx2 = (
+        ("avx2",) if {"avx2", "fma"} <= flags and platform.machine() in ("x86_64", "AMD64") else ()
+    )
+    return ("native", *avx2, "portable")
 
 
 def _cpu_flags() -> str:

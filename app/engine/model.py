@@ -21,7 +21,7 @@ import torch
 from app.engine.forward.base import ForwardEngine, ModelIdentity
 from app.engine.forward.batch import Batcher
 from app.engine.forward.local import LocalForward
-from app.engine.gguf_matmul import GgufMatmulError, Kernels, use_gguf_blocks
+from app.engine.gguf_matmul import GgufMatmulError, Kernels, KernelVariant, use_gguf_blocks
 from app.engine.tokens import Tokens
 from app.exceptions import ModelLoadError
 from app.settings import EMBEDDED_MODEL, Settings
@@ -92,8 +92,14 @@ class LoadedModel:
     batcher: Batcher = field(init=False)
 
     def __post_init__(self) -> None:
-        attend = None if self.kernels is None else self.kernels.attend
-        self.batcher = Batcher(self.model, device=self.device, lock=self.lock, attend=attend)
+        kernels = self.kernels
+        self.batcher = Batcher(
+            self.model,
+            device=self.device,
+            lock=self.lock,
+            attend=None if kernels is None else kernels.attend,
+            attend_rows=None if kernels is None else kernels.attend_rows,
+        )
 
     def open_forward(self, prompt_ids: Sequence[int]) -> ForwardEngine:
         """A forward engine for a new session's prompt: a KV cache of its own."""
@@ -156,25 +162,37 @@ def gguf_matmul_wanted(settings: Settings, device: torch.device, dtype: torch.dt
     return why is None
 
 
-def use_embedded_gguf_blocks(model: Any, settings: Settings) -> Kernels | None:
+def use_embedded_gguf_blocks(
+    model: Any, settings: Settings, *, variant: KernelVariant = "native"
+) -> Kernels | None:
     """Run ``model``'s (the embedded model's, float32 on cpu) matmuls from the GGUF's blocks.
 
+    Args:
+        model: the embedded model, loaded in float32 on cpu.
+        settings: ``cpu_matmul`` and the cache directory the kernel is built into.
+        variant: which build of the kernel: this CPU's own, or one other CPUs run.
+
     Returns:
-        The kernels it runs (their attention serves the one-token steps too), or None when the
-        kernel cannot be built or the blocks do not match (logged) under ``cpu_matmul=auto``.
+        The kernels it runs (their attention serves the one-token steps too), or None under
+        ``cpu_matmul=auto`` when the kernel cannot be built, the blocks do not match (logged),
+        or the CPU has neither AVX-512 nor AVX2: the plain C build was measured slower than
+        torch's float32 matmul on a CPU with AVX2 (``cpu_matmul=gguf`` still runs it).
 
     Raises:
-        ModelLoadError: either, under ``cpu_matmul=gguf``.
+        ModelLoadError: either of the first two, under ``cpu_matmul=gguf``.
     """
     try:
-        kernels = Kernels.build(settings.cache_dir)
+        kernels = Kernels.build(settings.cache_dir, variant=variant)
+        if kernels.isa == "plain" and settings.cpu_matmul == "auto":
+            log.info("the model runs torch's float32 matmuls: no vector build of the GGUF kernel")
+            return None
         swapped = use_gguf_blocks(model, _embedded_gguf(), kernels)
     except GgufMatmulError as exc:
         if settings.cpu_matmul == "gguf":
             raise ModelLoadError(f"MASKSCOPE_CPU_MATMUL=gguf: {exc}") from exc
         log.warning("the model runs torch's float32 matmuls: %s", exc)
         return None
-    log.info("%d linear layers run from the GGUF's blocks", swapped)
+    log.info("%d linear layers run from the GGUF's blocks (%s)", swapped, kernels.isa)
     return kernels
 
 

@@ -11,8 +11,14 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from app.engine import Engine
-from app.engine.forward.batch import Batcher, _Row
-from app.engine.gguf_matmul import MAX_KERNEL_ROWS, BlockLinear, GgufMatmulError, Kernels
+from app.engine.forward.batch import Batcher, GrowingLayer, _Row
+from app.engine.gguf_matmul import (
+    MAX_KERNEL_ROWS,
+    BlockLinear,
+    GgufMatmulError,
+    Kernels,
+    kernel_variants,
+)
 from app.engine.model import checkpoint_source, gguf_matmul_wanted, use_embedded_gguf_blocks
 from app.examples import load_examples
 from app.exceptions import ModelLoadError
@@ -37,6 +43,12 @@ def test_the_engine_runs_the_gguf_blocks_where_auto_picks_them(engine: Engine) -
     if not gguf_matmul_wanted(Settings(), CPU, torch.float32) or engine.model.device != CPU:
         pytest.skip("cpu_matmul=auto picks float32 here (more than 2 torch threads, or a GPU)")
     layers = _block_layers(model)
+    if engine.model.kernels is None:  # no vector build for this CPU: auto keeps float32
+        assert not layers and Kernels.build(engine.settings.cache_dir).isa == "plain"
+        return
+    flags = set(next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("flags")).split())  # fmt: skip
+    assert engine.model.kernels.isa == ("avx512" if "avx512f" in flags else "avx2")
     assert len(layers) == 30 * 7 + 1  # every decoder projection, and the head
     assert model.lm_head in layers
     # The head still shares its float32 weight with the embeddings (tied).
@@ -123,6 +135,16 @@ def test_a_weight_the_blocks_do_not_make_leaves_the_model_as_it_was(
     assert not _block_layers(model)
 
 
+def test_auto_keeps_float32_where_the_kernel_has_no_vector_build(tmp_path: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(checkpoint_source(Settings())).eval()
+    auto, gguf = (Settings(cpu_matmul=wanted, cache_dir=tmp_path) for wanted in ("auto", "gguf"))
+    assert use_embedded_gguf_blocks(model, auto, variant="portable") is None
+    assert not _block_layers(model)
+    kernels = use_embedded_gguf_blocks(model, gguf, variant="portable")
+    assert kernels is not None and kernels.isa == "plain"
+    assert len(_block_layers(model)) == 30 * 7 + 1
+
+
 def test_without_a_compiler_auto_falls_back_and_gguf_refuses(
     float32_model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -157,14 +179,14 @@ def test_which_models_and_devices_may_have_the_blocks() -> None:
 
 @pytest.fixture(scope="module")
 def kernel_builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Kernels]:
-    """The kernels as this CPU runs them, and the plain C ones other CPUs run."""
+    """The kernels as this CPU runs them, and those other CPUs run: AVX2 (where this one has
+    it) and plain C."""
     cache = tmp_path_factory.mktemp("kernels")
-    return {"native": Kernels.build(cache), "portable": Kernels.build(cache, portable=True)}
+    return {variant: Kernels.build(cache, variant=variant) for variant in kernel_variants()}
 
 
-@pytest.mark.parametrize("build", ["native", "portable"])
 def test_the_kernels_make_each_weight_exactly(
-    engine: Engine, kernel_builds: dict[str, Kernels], build: str
+    engine: Engine, kernel_builds: dict[str, Kernels]
 ) -> None:
     layers = _block_layers(engine.model.model)
     if not layers:
@@ -174,10 +196,11 @@ def test_the_kernels_make_each_weight_exactly(
         columns = [0, 31, 32, layer.in_features - 1, 100, 200, 300, 400]
         x = torch.zeros(MAX_KERNEL_ROWS, layer.in_features)
         x[range(MAX_KERNEL_ROWS), columns] = 1.0  # row r picks weight column columns[r]
-        out = torch.empty(MAX_KERNEL_ROWS, layer.out_features)
-        kernels = kernel_builds[build]
-        (kernels.q41 if blocks.mins is not None else kernels.q80)(x, blocks, out)
-        assert torch.equal(out, layer.weight[:, columns].T + 0.0)  # + 0.0: -0.0 sums to 0.0
+        for build, kernels in kernel_builds.items():
+            out = torch.empty(MAX_KERNEL_ROWS, layer.out_features)
+            (kernels.q41 if blocks.mins is not None else kernels.q80)(x, blocks, out)
+            # + 0.0: -0.0 sums to 0.0
+            assert torch.equal(out, layer.weight[:, columns].T + 0.0), build
 
 
 def test_the_portable_kernels_agree_with_this_cpus(
@@ -194,26 +217,28 @@ def test_the_portable_kernels_agree_with_this_cpus(
         for build, kernels in kernel_builds.items():
             out = outs[build] = torch.empty(5, layer.out_features)
             (kernels.q41 if blocks.mins is not None else kernels.q80)(x, blocks, out)
-            alone = torch.empty(1, layer.out_features)
-            (kernels.q41 if blocks.mins is not None else kernels.q80)(x[4:], blocks, alone)
-            assert torch.equal(alone[0], out[4])  # a row's sums do not depend on its batch
+            for row in (0, 4):  # a row's sums do not depend on its batch, nor its place in it
+                alone = torch.empty(1, layer.out_features)
+                (kernels.q41 if blocks.mins is not None else kernels.q80)(
+                    x[row : row + 1], blocks, alone
+                )
+                assert torch.equal(alone[0], out[row]), build
         want = torch.nn.functional.linear(x.double(), layer.weight.detach().double())
         for out in outs.values():
             assert float((out - want).abs().max()) <= 1e-5 * float(want.abs().max())
 
 
-@pytest.mark.parametrize("build", ["native", "portable"])
-@pytest.mark.parametrize("length", [1, 5, 16, 17, 300])
+@pytest.mark.parametrize("length", [1, 5, 7, 8, 16, 17, 300])
 def test_the_attention_kernel_computes_what_sdpa_does(
-    kernel_builds: dict[str, Kernels], build: str, length: int
+    kernel_builds: dict[str, Kernels], length: int
 ) -> None:
     generator = torch.Generator().manual_seed(length)
     query = 3 * torch.randn(1, 9, 1, 64, generator=generator)
     # Views of a longer cache, as a growing layer hands them out; 3 heads of keys for 9 queries.
     keys = torch.randn(1, 3, length + 40, 64, generator=generator)[:, :, :length]
     values = torch.randn(1, 3, length + 40, 64, generator=generator)[:, :, :length]
-    got = kernel_builds[build].attend(query, keys, values, 0.125)
-    assert got is not None and got.shape == (1, 1, 9, 64)
+    builds = {build: kernels.attend(query, keys, values, 0.125) for build, kernels in
+              kernel_builds.items()}  # fmt: skip
     exact = torch.nn.functional.scaled_dot_product_attention(
         query.double(),
         keys.double().repeat_interleave(3, dim=1),
@@ -224,7 +249,9 @@ def test_the_attention_kernel_computes_what_sdpa_does(
         query, keys.repeat_interleave(3, dim=1), values.repeat_interleave(3, dim=1), scale=0.125
     ).transpose(1, 2)
     sdpa_error = float((sdpa - exact).abs().max())
-    assert float((got - exact).abs().max()) <= max(4 * sdpa_error, 1e-6)
+    for build, got in builds.items():
+        assert got is not None and got.shape == (1, 1, 9, 64), build
+        assert float((got - exact).abs().max()) <= max(4 * sdpa_error, 1e-6), build
 
 
 def test_the_attention_kernel_declines_what_it_does_not_compute(
@@ -277,3 +304,45 @@ def test_one_token_steps_attend_through_the_kernel_alone_and_batched(engine: Eng
     for got, want in zip(logits["kernel"], logits["sdpa"], strict=True):
         assert float((got - want).abs().max()) <= 1e-3
         assert int(got.argmax()) == int(want.argmax())
+
+
+def test_a_batchs_attention_in_one_call_is_the_row_by_row_one_bit_for_bit(
+    engine: Engine,
+) -> None:
+    model = engine.model
+    if model.kernels is None:
+        pytest.skip("the engine runs torch's float32 matmuls here")
+    kernels, layers = model.kernels, model.model.config.num_hidden_layers
+    calls: list[bool] = []
+
+    def attend_rows(*args: Any) -> torch.Tensor | None:
+        out = kernels.attend_rows(*args)
+        calls.append(out is not None)
+        return out
+
+    batchers = {
+        "one call": Batcher(model.model, device=CPU, lock=model.lock, attend=kernels.attend,
+                            attend_rows=attend_rows, prompt_cache_bytes=0),
+        "row by row": Batcher(model.model, device=CPU, lock=model.lock, attend=kernels.attend,
+                              prompt_cache_bytes=0),
+    }  # fmt: skip
+    results: dict[str, list[torch.Tensor]] = {}
+    for name, batcher in batchers.items():
+        caches = [batcher.new_cache() for _ in range(3)]
+        for i, cache in enumerate(caches):
+            batcher.prefill(cache, list(range(100, 130 + 7 * i)))
+        first = caches[0].layers[0]
+        assert isinstance(first, GrowingLayer) and first._buffers is not None
+        # Row 0's buffers full to the last place: its first step must grow them.
+        for layer in caches[0].layers:
+            layer._buffers = (layer.keys.clone(), layer.values.clone())
+            layer.keys, layer.values = layer._buffers
+        logits: list[torch.Tensor] = []
+        with torch.inference_mode():
+            for step in range(3):
+                logits += batcher._forward([_Row(cache, 7 + step) for cache in caches])
+        results[name] = logits + [t for cache in caches for layer in cache.layers
+                               for t in (layer.keys, layer.values)]  # fmt: skip
+    assert calls == [True] * layers * 3
+    for got, want in zip(results["one call"], results["row by row"], strict=True):
+        assert torch.equal(got, want)

@@ -46,3 +46,27 @@ def test_a_token_is_written_in_place_while_there_is_room() -> None:
             layer.crop(-3)  # a back: the next token overwrites past the view
     assert layer.keys.data_ptr() == start, "no copy of the layer"
     assert layer.get_seq_length() == 100 + 19 - 3
+
+
+def test_a_slot_a_kernel_writes_into_holds_what_an_update_appends() -> None:
+    growing, dynamic = GrowingLayer(), DynamicLayer()
+    for layer in (growing, dynamic):
+        layer.update(*_kv(40, 0))
+    for seed in range(1, 80):  # past the first buffers' room: the slot grows them
+        keys, values = _kv(1, seed)
+        pointers = growing.slot(keys, values)
+        assert pointers[2] == growing.get_seq_length() == dynamic.get_seq_length()  # held
+        buffers = growing._buffers
+        assert buffers is not None and pointers[0] == buffers[0].data_ptr()
+        # What the kernel does: write the token at the place held, in every head.
+        buffers[0][:, :, pointers[2]] = keys[:, :, 0]
+        buffers[1][:, :, pointers[2]] = values[:, :, 0]
+        growing.advance()
+        dynamic.update(keys, values)
+        assert torch.equal(growing.keys, dynamic.keys), seed
+        assert torch.equal(growing.values, dynamic.values), seed
+        if seed == 30:
+            growing.crop(-3)
+            dynamic.crop(-3)
+    strides, buffers = growing.slot(*_kv(1, 0))[3:], growing._buffers
+    assert buffers is not None and strides == (buffers[0].stride(1), buffers[1].stride(1))

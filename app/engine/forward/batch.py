@@ -33,6 +33,8 @@ from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
+from app.engine.gguf_matmul import Slot
+
 __all__ = [
     "PROMPT_CACHE_BYTES",
     "ROWS_ATTENTION",
@@ -50,10 +52,17 @@ PROMPT_CACHE_BYTES = 256 * 1024 * 1024
 ROWS_ATTENTION = "maskscope_rows"
 _ROWS_KWARG = "maskscope_rows"
 _ATTEND_KWARG = "maskscope_attend"
+_ATTEND_ROWS_KWARG = "maskscope_attend_rows"
 
 #: One query token's attention over a row's keys and values (``[1, 1, heads, dim]``), or None
 #: for inputs it does not take: the GGUF kernels' :meth:`~app.engine.gguf_matmul.Kernels.attend`.
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor | None]
+#: A batch's one-token attention, each row's cache write included, in one call (the GGUF
+#: kernels' :meth:`~app.engine.gguf_matmul.Kernels.attend_rows`), or None for inputs it does
+#: not take.
+AttendRows = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, Sequence[Slot], float], torch.Tensor | None
+]
 _registered = threading.Lock()
 
 
@@ -65,10 +74,16 @@ def _rows_attention(
     attention_mask: torch.Tensor | None,
     maskscope_rows: Sequence[DynamicCache] | None = None,
     maskscope_attend: Attend | None = None,
+    maskscope_attend_rows: AttendRows | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     if maskscope_rows is None:
         return _attention(module, query, key, value, attention_mask, maskscope_attend, kwargs)
+    if maskscope_attend_rows is not None and _plain(module, kwargs):
+        out = _attend_rows(module, query, key, value, maskscope_rows, maskscope_attend_rows,
+                           kwargs)  # fmt: skip
+        if out is not None:
+            return out, None
     outputs = []
     for row, cache in enumerate(maskscope_rows):
         # One query per row: it sees its whole cache, so the row needs no mask (none alone).
@@ -77,6 +92,30 @@ def _rows_attention(
                             kwargs)  # fmt: skip
         outputs.append(out)
     return torch.cat(outputs), None
+
+
+def _attend_rows(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    rows: Sequence[DynamicCache],
+    attend_rows: AttendRows,
+    kwargs: dict[str, Any],
+) -> torch.Tensor | None:
+    """Every row's cache write and attention in one call, when each row's layer grows in place."""
+    layers = []
+    for cache in rows:
+        layer = cache.layers[module.layer_idx]
+        if type(layer) is not GrowingLayer or not layer.is_initialized or cache.offloading:
+            return None
+        layers.append(layer)
+    slots = [layer.slot(key[:1], value[:1]) for layer in layers]
+    out = attend_rows(query, key, value, slots, kwargs.get("scaling") or module.scaling)
+    if out is not None:
+        for layer in layers:
+            layer.advance()
+    return out
 
 
 def _attention(
@@ -169,6 +208,28 @@ class GrowingLayer(DynamicLayer):  # type: ignore[misc]  # transformers is untyp
         self.keys, self.values = keys[:, :, :length], values[:, :, :length]
         return self.keys, self.values
 
+    def slot(self, key_states: torch.Tensor, value_states: torch.Tensor) -> Slot:
+        """Room for one more token (the buffers grow as :meth:`update` would): the buffers'
+        addresses, the tokens held and the buffers' head strides, for a kernel that writes the
+        token itself; :meth:`advance` then counts it.
+
+        Args:
+            key_states, value_states: one token's (``[1, kv_heads, 1, dim]``), for the shapes.
+        """
+        held = self.get_seq_length()
+        if not self._fits(held + 1):
+            self._grow(key_states, value_states, held, held + 1 + max(64, (held + 1) // 4))
+        assert self._buffers is not None
+        keys, values = self._buffers
+        return keys.data_ptr(), values.data_ptr(), held, keys.stride(1), values.stride(1)
+
+    def advance(self) -> None:
+        """Count the token a kernel wrote where :meth:`slot` said."""
+        assert self._buffers is not None
+        keys, values = self._buffers
+        length = self.get_seq_length() + 1
+        self.keys, self.values = keys[:, :, :length], values[:, :, :length]
+
     def _fits(self, length: int) -> bool:
         if self._buffers is None or self._buffers[0].shape[-2] < length:
             return False
@@ -252,6 +313,8 @@ class Batcher:
             from the same tokens (0: none kept).
         attend: the attention of each one-token step, alone or batched (sdpa when None or
             when it declines); a prompt's always runs sdpa.
+        attend_rows: a batch's attention in one call, each row's cache write included (else
+            ``attend`` row by row, after each row's cache update).
     """
 
     def __init__(
@@ -265,9 +328,11 @@ class Batcher:
         max_gather_s: float = 0.05,
         prompt_cache_bytes: int = PROMPT_CACHE_BYTES,
         attend: Attend | None = None,
+        attend_rows: AttendRows | None = None,
     ) -> None:
         self._module = module
         self._steps_kwargs: dict[str, Any] = {} if attend is None else {_ATTEND_KWARG: attend}
+        self._rows_kwargs = {} if attend_rows is None else {_ATTEND_ROWS_KWARG: attend_rows}
         self._device = device
         self._lock = lock
         self.batches_rows = enable_rows(module)
@@ -433,6 +498,7 @@ class Batcher:
                 logits_to_keep=1,
                 **{_ROWS_KWARG: [row.cache for row in batch]},
                 **self._steps_kwargs,
+                **self._rows_kwargs,
             )
         logits: torch.Tensor = out.logits[:, -1].float()
         return list(logits.unbind(0))
