@@ -4,7 +4,8 @@ Each session keeps a KV cache of its own (one row, any length): a back or a forc
 that row only, and the batch never holds a shared cache. A batched step feeds each row's last
 token as one ``[rows, 1]`` input with each row's own position id, so the embeddings, the linear
 layers and the head run once for every row; attention runs row by row on each row's own cache,
-through an attention implementation registered here. A one-token step, alone or in a batch,
+through an attention implementation registered here (with the GGUF kernels, every row's cache
+write and attention in one call a layer). A one-token step, alone or in a batch,
 attends through the batcher's ``attend`` when it has one (the GGUF kernels', within float error
 of sdpa); anything else (a prompt, a model without it) through sdpa itself. A row's attention is
 therefore the very computation it would make alone; only the batched matrix products differ
@@ -190,6 +191,7 @@ class GrowingLayer(DynamicLayer):  # type: ignore[misc]  # transformers is untyp
     """
 
     _buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+    _buffers_bytes = 0  # counted once per growth: the memory budget reads it after every step
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
@@ -244,13 +246,12 @@ class GrowingLayer(DynamicLayer):  # type: ignore[misc]  # transformers is untyp
             keys[:, :, :held] = self.keys
             values[:, :, :held] = self.values
         self._buffers = (keys, values)
+        self._buffers_bytes = sum(t.numel() * t.element_size() for t in self._buffers)
 
     @property
     def held_bytes(self) -> int:
         """The bytes the layer's buffers hold (their room to spare included)."""
-        if self._buffers is None:
-            return 0
-        return sum(t.numel() * t.element_size() for t in self._buffers)
+        return self._buffers_bytes
 
 
 @dataclass(eq=False)
