@@ -422,13 +422,20 @@ INLINE void attend_head(const float *qh, const float *kh, const float *vh, int64
         head_any(qh, kh, vh, L, D, scale, s, oh);
 }
 
+/* H query heads over L tokens of KV key heads (each query head's key head: h / (H / KV)). */
+static void heads(const float *q, int64_t H, const float *k, const float *v, int64_t KV,
+                  int64_t L, int64_t kstride, int64_t vstride, int64_t D, float scale, float *s,
+                  float *out) {
+    for (int64_t h = 0; h < H; h++)
+        attend_head(q + h * D, k + h / (H / KV) * kstride, v + h / (H / KV) * vstride, L, D,
+                    scale, s, out + h * D);
+}
+
 int attend(const float *q, int64_t H, const float *k, const float *v, int64_t KV, int64_t L,
            int64_t kstride, int64_t vstride, int64_t D, float scale, float *out) {
     float *s = malloc(L * sizeof(float));
     if (!s) return 1;
-    for (int64_t h = 0; h < H; h++)
-        attend_head(q + h * D, k + h / (H / KV) * kstride, v + h / (H / KV) * vstride, L, D,
-                    scale, s, out + h * D);
+    heads(q, H, k, v, KV, L, kstride, vstride, D, scale, s, out);
     free(s);
     return 0;
 }
@@ -453,10 +460,8 @@ int attend_rows(int64_t R, const float *q, const float *k, const float *v, int64
             memcpy(c->keys + h * c->kstride + c->held * D, k + (r * KV + h) * D, bytes);
             memcpy(c->values + h * c->vstride + c->held * D, v + (r * KV + h) * D, bytes);
         }
-        for (int64_t h = 0; h < H; h++)
-            attend_head(q + (r * H + h) * D, c->keys + h / (H / KV) * c->kstride,
-                        c->values + h / (H / KV) * c->vstride, c->held + 1, D, scale, s,
-                        out + (r * H + h) * D);
+        heads(q + r * H * D, H, c->keys, c->values, KV, c->held + 1, c->kstride, c->vstride, D,
+              scale, s, out + r * H * D);
     }
     free(s);
     return 0;
@@ -604,16 +609,10 @@ class Kernels:
         rows, heads, tokens, dim = query.shape
         if (
             tokens != 1
-            or key.shape != value.shape
             or key.shape[0] != rows
             or key.shape[2] != 1
-            or key.shape[3] != dim
             or len(slots) != rows
-            or not 0 < dim <= 256
-            or dim % 16
-            or heads % key.shape[1]
-            or not (query.is_cpu and key.is_cpu and value.is_cpu)
-            or not query.dtype == key.dtype == value.dtype == torch.float32
+            or not _attention_takes(query, key, value)
         ):
             return None
         query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
@@ -650,22 +649,16 @@ class Kernels:
         """
         # Checked in as few calls as may be: this runs for every layer of every row's step.
         rows, heads, tokens, dim = query.shape
-        _, kv_heads, length, key_dim = keys.shape
+        _, kv_heads, length, _ = keys.shape
         key_strides, value_strides = keys.stride(), values.stride()
         if (
             rows != 1
             or tokens != 1
-            or keys.shape != values.shape
             or keys.shape[0] != 1
-            or key_dim != dim
-            or not 0 < dim <= 256
-            or dim % 16
             or not length
-            or heads % kv_heads
             or key_strides[2:] != (dim, 1)
             or value_strides[2:] != (dim, 1)
-            or not (query.is_cpu and keys.is_cpu and values.is_cpu)
-            or not query.dtype == keys.dtype == values.dtype == torch.float32
+            or not _attention_takes(query, keys, values)
         ):
             return None
         if not query.is_contiguous():
@@ -685,6 +678,23 @@ class Kernels:
             out.data_ptr(),
         )
         return None if failed else out  # failed: no memory for the scores
+
+
+def _attention_takes(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> bool:
+    """What both attention kernels need: float32 on cpu, keys and values of one shape, the
+    query's width (at most 256, in 16s), and a whole number of query heads per key head."""
+    heads, dim = query.shape[1], query.shape[3]
+    return bool(
+        keys.shape == values.shape
+        and keys.shape[3] == dim
+        and 0 < dim <= 256
+        and not dim % 16
+        and not heads % keys.shape[1]
+        and query.is_cpu
+        and keys.is_cpu
+        and values.is_cpu
+        and query.dtype == keys.dtype == values.dtype == torch.float32
+    )
 
 
 def kernel_variants() -> tuple[KernelVariant, ...]:

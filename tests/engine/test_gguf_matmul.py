@@ -270,6 +270,14 @@ def test_the_attention_kernel_declines_what_it_does_not_compute(
     assert attend(q, k.transpose(2, 3).contiguous().transpose(2, 3), k, 0.1) is None
 
 
+def _three_prompts(batcher: Batcher) -> list[DynamicCache]:
+    """Three caches holding prompts of three lengths (30, 37 and 44 tokens)."""
+    caches = [batcher.new_cache() for _ in range(3)]
+    for i, cache in enumerate(caches):
+        batcher.prefill(cache, list(range(100, 130 + 7 * i)))
+    return caches
+
+
 def test_one_token_steps_attend_through_the_kernel_alone_and_batched(engine: Engine) -> None:
     model = engine.model
     if model.kernels is None:
@@ -289,9 +297,7 @@ def test_one_token_steps_attend_through_the_kernel_alone_and_batched(engine: Eng
     }  # fmt: skip
     logits: dict[str, list[torch.Tensor]] = {}
     for name, batcher in batchers.items():
-        caches = [batcher.new_cache() for _ in range(3)]
-        for i, cache in enumerate(caches):
-            batcher.prefill(cache, list(range(100, 130 + 7 * i)))
+        caches = _three_prompts(batcher)
         if name == "kernel":
             assert answered == []  # a prompt attends through sdpa
         alone = batcher.step(caches[0], 5)
@@ -328,9 +334,7 @@ def test_a_batchs_attention_in_one_call_is_the_row_by_row_one_bit_for_bit(
     }  # fmt: skip
     results: dict[str, list[torch.Tensor]] = {}
     for name, batcher in batchers.items():
-        caches = [batcher.new_cache() for _ in range(3)]
-        for i, cache in enumerate(caches):
-            batcher.prefill(cache, list(range(100, 130 + 7 * i)))
+        caches = _three_prompts(batcher)
         first = caches[0].layers[0]
         assert isinstance(first, GrowingLayer) and first._buffers is not None
         # Row 0's buffers full to the last place: its first step must grow them.

@@ -111,7 +111,8 @@ def _attend_rows(
         if type(layer) is not GrowingLayer or not layer.is_initialized or cache.offloading:
             return None
         layers.append(layer)
-    slots = [layer.slot(key[:1], value[:1]) for layer in layers]
+    one_key, one_value = key[:1], value[:1]  # for the shapes of a buffer that must grow
+    slots = [layer.slot(one_key, one_value) for layer in layers]
     out = attend_rows(query, key, value, slots, kwargs.get("scaling") or module.scaling)
     if out is not None:
         for layer in layers:
@@ -180,6 +181,11 @@ def enable_rows(module: Any) -> bool:
     return bool(config._attn_implementation == ROWS_ATTENTION)
 
 
+def _capacity(length: int) -> int:
+    """The room a layer's buffers grow to for ``length`` tokens: a quarter more, 64 at least."""
+    return length + max(64, length // 4)
+
+
 class GrowingLayer(DynamicLayer):  # type: ignore[misc]  # transformers is untyped
     """A cache layer whose keys and values are views of buffers with room to spare.
 
@@ -202,7 +208,7 @@ class GrowingLayer(DynamicLayer):  # type: ignore[misc]  # transformers is untyp
         held = self.get_seq_length()
         length = held + key_states.shape[-2]
         if not self._fits(length):
-            self._grow(key_states, value_states, held, length + max(64, length // 4))
+            self._grow(key_states, value_states, held, _capacity(length))
         assert self._buffers is not None
         keys, values = self._buffers
         keys[:, :, held:length] = key_states
@@ -220,7 +226,7 @@ class GrowingLayer(DynamicLayer):  # type: ignore[misc]  # transformers is untyp
         """
         held = self.get_seq_length()
         if not self._fits(held + 1):
-            self._grow(key_states, value_states, held, held + 1 + max(64, (held + 1) // 4))
+            self._grow(key_states, value_states, held, _capacity(held + 1))
         assert self._buffers is not None
         keys, values = self._buffers
         return keys.data_ptr(), values.data_ptr(), held, keys.stride(1), values.stride(1)
