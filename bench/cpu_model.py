@@ -2,15 +2,16 @@
 
 Variants: float32 with every core (torch's default: the reference), then with ``--threads``
 threads (default 1, what ships on 2 cores): float32 with sdpa and with eager attention, with a
-static KV cache, the GGUF block kernel (``MASKSCOPE_CPU_MATMUL=gguf``, the shipped default),
-bfloat16, bfloat16 weights with float32 compute, dynamic int8 quantisation of every linear layer
-and of the decoder's only (head and embeddings float32) and, with ``--compile``,
-``torch.compile`` (inductor) on a static cache. Each decodes the examples' prompts token by
-token with a KV cache, teacher-forced on float32's greedy tokens (so every variant sees the
-same prefixes); the table gives tokens/s, the ratio to the reference measured in the same run,
-and the largest difference of any token's probability from the reference's at any step (the
-shipped setting must stay within 1e-3). Rounds alternate the order of the variants, so the
-machine's load (shared, printed) hits each alike.
+static KV cache, the GGUF block kernel (``MASKSCOPE_CPU_MATMUL=gguf``) through transformers'
+modules and, as the engine runs a one-token step (the shipped default), through the kernels'
+decoder in one call, bfloat16, bfloat16 weights with float32 compute, dynamic int8
+quantisation of every linear layer and of the decoder's only (head and embeddings float32)
+and, with ``--compile``, ``torch.compile`` (inductor) on a static cache. Each decodes the
+examples' prompts token by token with a KV cache, teacher-forced on float32's greedy tokens
+(so every variant sees the same prefixes); the table gives tokens/s, the ratio to the
+reference measured in the same run, and the largest difference of any token's probability from
+the reference's at any step (the shipped setting must stay within 1e-3). Rounds alternate the
+order of the variants, so the machine's load (shared, printed) hits each alike.
 
 It also prints the bound: the bytes of weights a decoding step reads (float32, and the GGUF's
 blocks) against the memory bandwidth a numpy copy measures, as tokens/s.
@@ -25,13 +26,15 @@ import argparse
 import os
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StaticCache
 
-from app.engine.gguf_matmul import KernelVariant, kernel_variants
+from app.engine.forward.batch import GrowingLayer
+from app.engine.gguf_matmul import Decoder, KernelVariant, kernel_variants
 from app.engine.model import checkpoint_source, use_embedded_gguf_blocks
 from app.examples import load_examples
 from app.settings import Settings
@@ -98,6 +101,26 @@ class _UpcastLinear(torch.nn.Module):
         return torch.nn.functional.linear(x, self.weight.float())
 
 
+class _Decoded:
+    """The model's prompts through its modules, its one-token steps through the GGUF kernels'
+    decoder in one call (what the engine's batcher runs), as ``model(...)`` is called above."""
+
+    def __init__(self, model: Any, decoder: Decoder) -> None:
+        self.model, self.config, self.decoder = model, model.config, decoder
+
+    def __call__(self, *, input_ids: torch.Tensor, cache: Any, **kwargs: Any) -> Any:
+        if input_ids.shape[1] > 1:  # the prompt: into caches that grow in place
+            cache.layers = [GrowingLayer() for _ in cache.layers]
+            return self.model(input_ids=input_ids, cache=cache, **kwargs)
+        template = self.decoder.template
+        slots = [[layer.slot(template, template) for layer in cache.layers]]
+        logits = self.decoder.decode([int(input_ids[0, 0])], slots)
+        assert logits is not None
+        for layer in cache.layers:
+            layer.advance()
+        return SimpleNamespace(logits=logits[:, None])
+
+
 def _variants(source: str, compile_too: bool, threads: int) -> list[Variant]:
     cores = os.cpu_count() or 1
 
@@ -115,6 +138,14 @@ def _variants(source: str, compile_too: bool, threads: int) -> list[Variant]:
         if not use_embedded_gguf_blocks(model, Settings(cpu_matmul="gguf"), variant=variant):
             raise RuntimeError("the GGUF blocks could not be used")
         return model
+
+    def decoder() -> Any:
+        model = load()
+        kernels = use_embedded_gguf_blocks(model, Settings(cpu_matmul="gguf"))
+        made = None if kernels is None else Decoder.of(model, kernels)
+        if made is None:
+            raise RuntimeError("the GGUF kernels' decoder could not be used")
+        return _Decoded(model, made)
 
     def upcast() -> Any:
         model = load()
@@ -151,6 +182,7 @@ def _variants(source: str, compile_too: bool, threads: int) -> list[Variant]:
         (f"float32 sdpa {threads} thr", load, threads),
         (f"float32 eager {threads} thr", lambda: load(attn="eager"), threads),
         (f"float32 static {threads} thr", static, threads),
+        (f"gguf decoder {threads} thr", decoder, 1),
         (f"gguf blocks {threads} thr", gguf, threads),
         # The builds other CPUs run (the shipped one is this CPU's own, above).
         *(

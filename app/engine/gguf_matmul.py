@@ -15,7 +15,9 @@ prompt's prefill for one, another dtype or device), a layer runs torch's float32
 weights it keeps. Every block is checked bit for bit against the loaded float32 weight first.
 
 The same library computes one token's attention over a session's cache (:meth:`Kernels.attend`),
-which the batcher uses for one-token steps: a call into torch's sdpa costs more than the work.
+which the batcher uses for one-token steps: a call into torch's sdpa costs more than the work;
+and a llama's whole one-token step for a batch of rows (:class:`Decoder`), which the batcher
+runs instead of the modules: one call, which drops the GIL once.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import torch
 __all__ = [
     "MAX_KERNEL_ROWS",
     "BlockLinear",
+    "Decoder",
     "Slot",
     "GgufMatmulError",
     "KernelVariant",
@@ -70,6 +73,7 @@ _SOURCE = r"""
 #define ROWS 8
 #define MAX_DIM 256
 #define Q41 4
+#define Q41_KIND 3 /* ggml's type number */
 #define INLINE static inline __attribute__((always_inline))
 
 #if defined(__AVX512F__) && !defined(MASKSCOPE_PORTABLE) && !defined(MASKSCOPE_AVX2)
@@ -466,6 +470,113 @@ int attend_rows(int64_t R, const float *q, const float *k, const float *v, int64
     free(s);
     return 0;
 }
+
+/* A llama decoder's one-token step for R rows in one call, from the blocks: the embedding, each
+   layer (RMSNorm, q/k/v, RoPE, the rows' cache writes and attention as attend_rows() makes them,
+   o, the residual, RMSNorm, silu(gate) * up, down, the residual), the final RMSNorm and the
+   head, as transformers' llama computes them (the same products and sums, in float32, up to
+   their order), with the GIL dropped once for the whole pass instead of at every operation.
+   slots holds R rows of L layers' caches (row-major); logits is R x vocab. */
+typedef struct { int64_t kind, outputs; const void *qs; const float *d, *mn; } matrix;
+typedef struct {
+    const float *attn_norm, *mlp_norm;
+    matrix q, k, v, o, gate, up, down;
+} block_layer;
+typedef struct {
+    int64_t hidden, heads, kv_heads, head_dim, intermediate, layers, vocab;
+    float eps, scale, rope_scaling;
+    const float *embed, *norm, *inv_freq;
+    matrix head;
+    const block_layer *layer;
+} decoder;
+
+static void matmul(const matrix *w, const float *x, int64_t M, int64_t K, float *y) {
+    if (w->kind == Q41_KIND)
+        q41_mm(x, M, K, w->qs, w->d, w->mn, w->outputs, y);
+    else
+        q80_mm(x, M, K, w->qs, w->d, w->outputs, y);
+}
+
+/* transformers' LlamaRMSNorm: x * rsqrt(mean(x^2) + eps), then weight * that. */
+static void rms_norm(const float *x, const float *w, int64_t R, int64_t H, float eps, float *y) {
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = x + r * H;
+        float squares = 0;
+        for (int64_t i = 0; i < H; i++) squares += xr[i] * xr[i];
+        float inverse = 1.0f / sqrtf(squares / (float)H + eps);
+        for (int64_t i = 0; i < H; i++) y[r * H + i] = w[i] * (xr[i] * inverse);
+    }
+}
+
+/* x * cos + rotate_half(x) * sin over n heads of width D (rotate_half: (-x2, x1)). */
+static void rope(float *x, int64_t n, int64_t D, const float *cos_, const float *sin_) {
+    int64_t half = D / 2;
+    for (int64_t h = 0; h < n; h++) {
+        float *xh = x + h * D;
+        for (int64_t i = 0; i < half; i++) {
+            float a = xh[i], b = xh[i + half];
+            xh[i] = a * cos_[i] + -b * sin_[i];
+            xh[i + half] = b * cos_[i + half] + a * sin_[i + half];
+        }
+    }
+}
+
+int decode_rows(const decoder *m, int64_t R, const int64_t *tokens, const slot *slots,
+                float *logits) {
+    int64_t H = m->hidden, D = m->head_dim, QW = m->heads * D, KW = m->kv_heads * D;
+    int64_t I = m->intermediate, L = m->layers, longest = 0;
+    for (int64_t i = 0; i < R * L; i++)
+        if (slots[i].held + 1 > longest) longest = slots[i].held + 1;
+    size_t floats = R * (3 * H + QW + 2 * KW + QW + 2 * I + 2 * D) + longest;
+    float *work = malloc(floats * sizeof(float));
+    if (!work) return 1;
+    float *x = work, *h = x + R * H, *t = h + R * H, *q = t + R * H, *k = q + R * QW;
+    float *v = k + R * KW, *att = v + R * KW, *gate = att + R * QW, *up = gate + R * I;
+    float *angles = up + R * I, *scores = angles + 2 * R * D;
+    for (int64_t r = 0; r < R; r++) {
+        memcpy(x + r * H, m->embed + tokens[r] * H, H * sizeof(float));
+        float position = (float)slots[r * L].held, *c = angles + 2 * r * D, *s = c + D;
+        for (int64_t i = 0; i < D; i++) {
+            float angle = position * m->inv_freq[i % (D / 2)];
+            c[i] = cosf(angle) * m->rope_scaling;
+            s[i] = sinf(angle) * m->rope_scaling;
+        }
+    }
+    for (int64_t l = 0; l < L; l++) {
+        const block_layer *w = m->layer + l;
+        rms_norm(x, w->attn_norm, R, H, m->eps, h);
+        matmul(&w->q, h, R, H, q);
+        matmul(&w->k, h, R, H, k);
+        matmul(&w->v, h, R, H, v);
+        for (int64_t r = 0; r < R; r++) {
+            const float *c = angles + 2 * r * D;
+            rope(q + r * QW, m->heads, D, c, c + D);
+            rope(k + r * KW, m->kv_heads, D, c, c + D);
+            const slot *cache = slots + r * L + l;
+            for (int64_t g = 0; g < m->kv_heads; g++) {
+                memcpy(cache->keys + g * cache->kstride + cache->held * D, k + r * KW + g * D,
+                       D * sizeof(float));
+                memcpy(cache->values + g * cache->vstride + cache->held * D,
+                       v + r * KW + g * D, D * sizeof(float));
+            }
+            heads(q + r * QW, m->heads, cache->keys, cache->values, m->kv_heads,
+                  cache->held + 1, cache->kstride, cache->vstride, D, m->scale, scores,
+                  att + r * QW);
+        }
+        matmul(&w->o, att, R, QW, t);
+        for (int64_t i = 0; i < R * H; i++) x[i] = x[i] + t[i];
+        rms_norm(x, w->mlp_norm, R, H, m->eps, h);
+        matmul(&w->gate, h, R, H, gate);
+        matmul(&w->up, h, R, H, up);
+        for (int64_t i = 0; i < R * I; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+        matmul(&w->down, gate, R, I, t);
+        for (int64_t i = 0; i < R * H; i++) x[i] = x[i] + t[i];
+    }
+    rms_norm(x, m->norm, R, H, m->eps, h);
+    matmul(&m->head, h, R, H, logits);
+    free(work);
+    return 0;
+}
 """
 _FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-shared", "-fPIC")
 
@@ -505,6 +616,9 @@ class Kernels:
         self._attend_rows.argtypes = [size, pointer, pointer, pointer, size, size, size, pointer,
                                       ctypes.c_float, pointer]  # fmt: skip
         self._attend_rows.restype = ctypes.c_int
+        self._decode_rows = library.decode_rows
+        self._decode_rows.argtypes = [pointer, size, pointer, pointer, pointer]
+        self._decode_rows.restype = ctypes.c_int
         isa = library.kernel_isa
         isa.restype = ctypes.c_char_p
         #: Which build this is: ``avx512``, ``avx2`` (with FMA) or ``plain`` (C, what compilers
@@ -678,6 +792,174 @@ class Kernels:
             out.data_ptr(),
         )
         return None if failed else out  # failed: no memory for the scores
+
+
+class _Matrix(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_int64),
+        ("outputs", ctypes.c_int64),
+        ("qs", ctypes.c_void_p),
+        ("d", ctypes.c_void_p),
+        ("mn", ctypes.c_void_p),
+    ]
+
+
+_LAYER_MATRICES = {
+    "q": "self_attn.q_proj",
+    "k": "self_attn.k_proj",
+    "v": "self_attn.v_proj",
+    "o": "self_attn.o_proj",
+    "gate": "mlp.gate_proj",
+    "up": "mlp.up_proj",
+    "down": "mlp.down_proj",
+}
+
+
+class _Layer(ctypes.Structure):
+    _fields_ = [
+        ("attn_norm", ctypes.c_void_p),
+        ("mlp_norm", ctypes.c_void_p),
+        *((name, _Matrix) for name in _LAYER_MATRICES),
+    ]
+
+
+class _Decoder(ctypes.Structure):
+    _fields_ = [
+        *((name, ctypes.c_int64) for name in
+          ("hidden", "heads", "kv_heads", "head_dim", "intermediate", "layers", "vocab")),
+        ("eps", ctypes.c_float),
+        ("scale", ctypes.c_float),
+        ("rope_scaling", ctypes.c_float),
+        ("embed", ctypes.c_void_p),
+        ("norm", ctypes.c_void_p),
+        ("inv_freq", ctypes.c_void_p),
+        ("head", _Matrix),
+        ("layer", ctypes.c_void_p),
+    ]  # fmt: skip
+
+
+class Decoder:
+    """The embedded llama's one-token steps, a batch of rows in one call of the kernels.
+
+    A step through transformers' modules is about a thousand calls into torch and the kernels,
+    each of which drops the GIL and takes it back: while any other thread runs Python (a
+    session's checks, the event loop), every one of them waits for that thread's switch
+    interval, and the pass takes several times its work. Here the whole pass (see the C
+    ``decode_rows``) drops the GIL once. Build it with :meth:`of`.
+    """
+
+    def __init__(self, kernels: Kernels, spec: _Decoder, layers: Any, kept: list[Any]) -> None:
+        self._kernels = kernels
+        self._spec = spec
+        self._layers = layers  # the C array the spec points at
+        self._kept = kept  # every tensor the spec points at
+        #: The caches' layers it needs (one per decoder layer).
+        self.layers = int(spec.layers)
+        self.vocab = int(spec.vocab)
+        #: One token's key (or value) in a cache layer, ``[1, kv_heads, 1, head_dim]``: the
+        #: shape a layer's buffers grow by.
+        self.template = torch.empty(1, int(spec.kv_heads), 1, int(spec.head_dim))
+
+    @classmethod
+    def of(cls, model: Any, kernels: Kernels) -> Decoder | None:
+        """The decoder of ``model``: a llama (silu, no biases, default RoPE, full attention)
+        whose linear layers and head all run from blocks (:func:`use_gguf_blocks`), float32 on
+        cpu; None for any other model."""
+        text = model.config.get_text_config()
+        inner: Any = getattr(model, "model", None)
+        rope = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None) or {}
+        rotary: Any = getattr(inner, "rotary_emb", None)
+        if (
+            text.model_type != "llama"
+            or inner is None
+            or getattr(text, "hidden_act", None) != "silu"
+            or getattr(text, "attention_bias", False)
+            or getattr(text, "mlp_bias", False)
+            or rope.get("rope_type", "default") != "default"
+            or not isinstance(getattr(rotary, "inv_freq", None), torch.Tensor)
+            or not isinstance(getattr(model, "lm_head", None), BlockLinear)
+            or model.lm_head._blocks.kind != _Q8_0
+        ):
+            return None
+        hidden = int(text.hidden_size)
+        heads, kv_heads = int(text.num_attention_heads), int(text.num_key_value_heads)
+        head_dim = int(getattr(text, "head_dim", None) or hidden // heads)
+        kept: list[Any] = []
+
+        def floats(tensor: torch.Tensor, size: int) -> int | None:
+            if tensor.dtype != torch.float32 or not tensor.is_cpu or tensor.numel() != size:
+                return None
+            tensor = tensor.detach().contiguous()
+            kept.append(tensor)
+            return int(tensor.data_ptr())
+
+        def matrix(linear: Any, inputs: int) -> _Matrix | None:
+            if not isinstance(linear, BlockLinear) or linear.in_features != inputs:
+                return None
+            blocks = linear._blocks
+            kept.append(blocks)
+            mins = 0 if blocks.mins is None else blocks.mins.data_ptr()
+            return _Matrix(blocks.kind, blocks.outputs, blocks.quants.data_ptr(),
+                           blocks.scales.data_ptr(), mins)  # fmt: skip
+
+        layers = (_Layer * len(inner.layers))()
+        widths = {"q": hidden, "k": hidden, "v": hidden, "o": heads * head_dim,
+                  "gate": hidden, "up": hidden, "down": int(text.intermediate_size)}  # fmt: skip
+        outputs = {"q": heads * head_dim, "k": kv_heads * head_dim, "v": kv_heads * head_dim,
+                   "o": hidden, "gate": int(text.intermediate_size),
+                   "up": int(text.intermediate_size), "down": hidden}  # fmt: skip
+        for index, layer in enumerate(inner.layers):
+            attn_norm = floats(layer.input_layernorm.weight, hidden)
+            mlp_norm = floats(layer.post_attention_layernorm.weight, hidden)
+            if attn_norm is None or mlp_norm is None:
+                return None
+            layers[index].attn_norm, layers[index].mlp_norm = attn_norm, mlp_norm
+            for name, path in _LAYER_MATRICES.items():
+                made = matrix(layer.get_submodule(path), widths[name])
+                if made is None or made.outputs != outputs[name]:
+                    return None
+                setattr(layers[index], name, made)
+        head = matrix(model.lm_head, hidden)
+        vocab = int(model.lm_head.out_features)
+        embed = floats(inner.embed_tokens.weight, vocab * hidden)
+        norm = floats(inner.norm.weight, hidden)
+        inv_freq = floats(rotary.inv_freq, head_dim // 2)
+        if head is None or embed is None or norm is None or inv_freq is None:
+            return None
+        spec = _Decoder(
+            hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+            intermediate=int(text.intermediate_size), layers=len(inner.layers), vocab=vocab,
+            eps=float(text.rms_norm_eps), scale=float(inner.layers[0].self_attn.scaling),
+            rope_scaling=float(getattr(rotary, "attention_scaling", 1.0)), embed=embed,
+            norm=norm, inv_freq=inv_freq, head=head, layer=ctypes.addressof(layers),
+        )  # fmt: skip
+        return cls(kernels, spec, layers, kept)
+
+    def decode(
+        self, token_ids: Sequence[int], slots: Sequence[Sequence[Slot]]
+    ) -> torch.Tensor | None:
+        """One step of each row: its token fed through every layer, its keys and values
+        written into its caches where the slots say, and its next token's logits.
+
+        Args:
+            token_ids: each row's token.
+            slots: each row's caches, one slot a decoder layer (:meth:`GrowingLayer.slot`),
+                the room for one more token the caller's.
+
+        Returns:
+            ``[rows, vocab]`` float32 logits, or None when the scores found no memory
+            (nothing is counted then: the caller advances no cache).
+        """
+        rows = len(token_ids)
+        ids = np.array(token_ids, dtype=np.int64)
+        table = np.array(slots, dtype=np.int64)
+        if table.shape != (rows, self.layers, 5) or ((ids < 0) | (ids >= self.vocab)).any():
+            raise ValueError("a row's token or slots do not fit the decoder")
+        logits = torch.empty(rows, self.vocab)
+        failed = self._kernels._decode_rows(
+            ctypes.byref(self._spec), rows, ids.ctypes.data, table.ctypes.data, logits.data_ptr()
+        )
+        return None if failed else logits
 
 
 def _attention_takes(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> bool:

@@ -21,7 +21,13 @@ import torch
 from app.engine.forward.base import ForwardEngine, ModelIdentity
 from app.engine.forward.batch import Batcher
 from app.engine.forward.local import LocalForward
-from app.engine.gguf_matmul import GgufMatmulError, Kernels, KernelVariant, use_gguf_blocks
+from app.engine.gguf_matmul import (
+    Decoder,
+    GgufMatmulError,
+    Kernels,
+    KernelVariant,
+    use_gguf_blocks,
+)
 from app.engine.tokens import Tokens
 from app.exceptions import ModelLoadError
 from app.settings import EMBEDDED_MODEL, Settings
@@ -79,8 +85,8 @@ class LoadedModel:
 
     ``lock`` serialises forward passes, first come first served: one model serves every session.
     ``batcher`` runs them: the sessions' steps waiting at once share one forward pass.
-    ``kernels``: the GGUF kernels the matmuls run from (None: torch's), whose attention the
-    batcher's one-token steps use.
+    ``kernels``: the GGUF kernels the matmuls run from (None: torch's), whose decoder (or, for
+    a model it does not take, whose attention) the batcher's one-token steps use.
     """
 
     model: Any
@@ -99,6 +105,7 @@ class LoadedModel:
             lock=self.lock,
             attend=None if kernels is None else kernels.attend,
             attend_rows=None if kernels is None else kernels.attend_rows,
+            decoder=None if kernels is None else Decoder.of(self.model, kernels),
         )
 
     def open_forward(self, prompt_ids: Sequence[int]) -> ForwardEngine:

@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from app.engine import Engine
 from app.engine.forward.batch import Batcher, GrowingLayer, _Row
 from app.engine.gguf_matmul import (
     MAX_KERNEL_ROWS,
     BlockLinear,
+    Decoder,
     GgufMatmulError,
     Kernels,
     kernel_variants,
@@ -350,3 +352,130 @@ def test_a_batchs_attention_in_one_call_is_the_row_by_row_one_bit_for_bit(
     assert calls == [True] * layers * 3
     for got, want in zip(results["one call"], results["row by row"], strict=True):
         assert torch.equal(got, want)
+
+
+class _Counted:
+    """A decoder that counts the batches it decoded (and declines none)."""
+
+    def __init__(self, decoder: Decoder) -> None:
+        self._decoder = decoder
+        self.layers, self.template = decoder.layers, decoder.template
+        self.rows: list[int] = []
+
+    def decode(self, token_ids: Any, slots: Any) -> torch.Tensor | None:
+        out = self._decoder.decode(token_ids, slots)
+        assert out is not None
+        self.rows.append(len(token_ids))
+        return out
+
+
+def _decoder_batcher(engine: Engine, kernels: Kernels | None = None) -> tuple[Batcher, _Counted]:
+    model = engine.model
+    assert model.kernels is not None
+    decoder = Decoder.of(model.model, kernels or model.kernels)
+    assert decoder is not None
+    counted = _Counted(decoder)
+    batcher = Batcher(model.model, device=CPU, lock=model.lock, attend=model.kernels.attend,
+                      decoder=counted, prompt_cache_bytes=0)  # type: ignore[arg-type]  # fmt: skip
+    return batcher, counted
+
+
+def test_the_engine_decodes_its_steps_in_one_call(engine: Engine) -> None:
+    if engine.model.kernels is None:
+        pytest.skip("the engine runs torch's float32 matmuls here")
+    assert isinstance(engine.model.batcher._decoder, Decoder)
+
+
+def test_the_decoder_records_float32s_probabilities_on_the_examples(
+    engine: Engine, float32_model: Any
+) -> None:
+    if engine.model.kernels is None:
+        pytest.skip("the engine runs torch's float32 matmuls here")
+    batcher, counted = _decoder_batcher(engine)
+    tokens = engine.model.tokens
+    worst = 0.0
+    for example in load_examples():
+        text = tokens.tokenizer.apply_chat_template(
+            [{"role": "system", "content": example.system},
+             {"role": "user", "content": example.prompt}],
+            add_generation_prompt=True, tokenize=False,
+        )  # fmt: skip
+        prompt = list(tokens.encode(text))
+        with torch.inference_mode():
+            greedy = float32_model.generate(
+                torch.tensor([prompt]), max_new_tokens=STEPS, do_sample=False
+            )[0, len(prompt) :].tolist()
+        reference = _decode(float32_model, prompt, greedy)[1:]
+        cache = batcher.new_cache()
+        batcher.prefill(cache, prompt)
+        decoded = [torch.softmax(batcher.step(cache, token), -1) for token in greedy]
+        worst = max(
+            worst, *(float((a - b).abs().max()) for a, b in zip(reference, decoded, strict=True))
+        )
+    assert counted.rows == [1] * STEPS * len(load_examples())
+    assert 0.0 < worst <= 1e-3
+
+
+def test_a_row_decodes_alone_as_in_a_batch_and_as_the_modules_do(
+    engine: Engine, kernel_builds: dict[str, Kernels]
+) -> None:
+    """Bit for bit alone and in a batch, in every build (one of whose rows must grow its
+    buffers); within float error of the modules' path (every layer's kernels, one by one)."""
+    model, kernels = engine.model, engine.model.kernels
+    if kernels is None:
+        pytest.skip("the engine runs torch's float32 matmuls here")
+    modules = Batcher(model.model, device=CPU, lock=model.lock, attend=kernels.attend,
+                      attend_rows=kernels.attend_rows, prompt_cache_bytes=0)  # fmt: skip
+    results: dict[str, list[torch.Tensor]] = {}
+    for name in ["modules", *(f"{build} {way}" for build in kernel_builds
+                              for way in ("alone", "batched"))]:  # fmt: skip
+        build, _, way = name.partition(" ")
+        batcher, counted = (
+            (modules, None) if name == "modules" else _decoder_batcher(engine, kernel_builds[build])
+        )
+        caches = _three_prompts(batcher)
+        for layer in caches[0].layers:  # row 0's buffers full: its first step must grow them
+            layer._buffers = (layer.keys.clone(), layer.values.clone())
+            layer.keys, layer.values = layer._buffers
+        logits: list[torch.Tensor] = []
+        with torch.inference_mode():
+            for step in range(3):
+                rows = [_Row(cache, 7 + step) for cache in caches]
+                if way == "alone":
+                    logits += [batcher._forward([row])[0] for row in rows]
+                else:
+                    logits += batcher._forward(rows)
+        if counted is not None:
+            assert counted.rows == ([1] * 9 if way == "alone" else [3] * 3)
+        assert [cache.get_seq_length() for cache in caches] == [33, 40, 47]
+        results[name] = logits + [t for cache in caches for layer in cache.layers
+                                  for t in (layer.keys, layer.values)]  # fmt: skip
+    for build in kernel_builds:
+        alone, batched = results[f"{build} alone"], results[f"{build} batched"]
+        assert all(torch.equal(a, b) for a, b in zip(alone, batched, strict=True)), build
+        for got, want in zip(alone, results["modules"], strict=True):
+            assert float((got - want).abs().max()) <= 1e-3, build
+        for got, want in zip(alone[:9], results["modules"][:9], strict=True):
+            assert int(got.argmax()) == int(want.argmax()), build
+
+
+def test_the_decoder_takes_only_a_llama_running_from_blocks(
+    engine: Engine, float32_model: Any
+) -> None:
+    if engine.model.kernels is None:
+        pytest.skip("the engine runs torch's float32 matmuls here")
+    assert Decoder.of(float32_model, engine.model.kernels) is None  # torch's matmuls
+    batcher, counted = _decoder_batcher(engine)
+    with torch.inference_mode():
+        decoded = batcher._forward([_Row(cache, 7) for cache in _three_prompts(batcher)[:2]])
+        assert counted.rows == [2]
+        # A cache whose layers concatenate (no buffers to write into): the modules run the batch.
+        plain = DynamicCache(config=engine.model.model.config)
+        batcher.prefill(plain, list(range(100, 137)))
+        assert type(plain.layers[0]) is DynamicLayer
+        mixed = batcher._forward([_Row(_three_prompts(batcher)[0], 7), _Row(plain, 7)])
+    assert counted.rows == [2]
+    assert plain.get_seq_length() == 38
+    for got, want in zip(mixed, decoded, strict=True):
+        assert float((got - want).abs().max()) <= 1e-3
+        assert int(got.argmax()) == int(want.argmax())

@@ -70,3 +70,28 @@ def test_a_slot_a_kernel_writes_into_holds_what_an_update_appends() -> None:
             dynamic.crop(-3)
     strides, buffers = growing.slot(*_kv(1, 0))[3:], growing._buffers
     assert buffers is not None and strides == (buffers[0].stride(1), buffers[1].stride(1))
+
+
+def test_tokens_a_kernel_wrote_unread_are_held_through_growth_and_crops() -> None:
+    """The views are made again only when read: several slots in a row, one growing the
+    buffers, then a crop, then an update, hold what a DynamicLayer holds."""
+    growing, dynamic = GrowingLayer(), DynamicLayer()
+    for layer in (growing, dynamic):
+        layer.update(*_kv(62, 0))
+    for seed in range(1, 8):  # 62 + 7: past the first buffers' room (64), none read
+        keys, values = _kv(1, seed)
+        held = growing.slot(keys, values)[2]
+        assert held == growing.get_seq_length() == dynamic.get_seq_length(), seed
+        buffers = growing._buffers
+        assert buffers is not None
+        buffers[0][:, :, held] = keys[:, :, 0]
+        buffers[1][:, :, held] = values[:, :, 0]
+        growing.advance()
+        dynamic.update(keys, values)
+    growing.crop(-2)
+    dynamic.crop(-2)
+    for layer in (growing, dynamic):
+        layer.update(*_kv(3, 99))
+    assert growing.get_seq_length() == dynamic.get_seq_length() == 62 + 7 - 2 + 3
+    assert torch.equal(growing.keys, dynamic.keys)
+    assert torch.equal(growing.values, dynamic.values)
