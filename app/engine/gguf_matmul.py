@@ -876,6 +876,8 @@ class Decoder:
             or getattr(text, "attention_bias", False)
             or getattr(text, "mlp_bias", False)
             or rope.get("rope_type", "default") != "default"
+            or getattr(text, "sliding_window", None) is not None
+            or any(kind != "full_attention" for kind in getattr(text, "layer_types", None) or ())
             or not isinstance(getattr(rotary, "inv_freq", None), torch.Tensor)
             or not isinstance(getattr(model, "lm_head", None), BlockLinear)
             or model.lm_head._blocks.kind != _Q8_0
@@ -884,6 +886,8 @@ class Decoder:
         hidden = int(text.hidden_size)
         heads, kv_heads = int(text.num_attention_heads), int(text.num_key_value_heads)
         head_dim = int(getattr(text, "head_dim", None) or hidden // heads)
+        if not 0 < head_dim <= 256 or head_dim % 16 or heads % kv_heads:
+            return None  # what the attention kernel takes (as :func:`_attention_takes`)
         kept: list[Any] = []
 
         def floats(tensor: torch.Tensor, size: int) -> int | None:
