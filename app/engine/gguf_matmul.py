@@ -484,7 +484,7 @@ typedef struct {
 } block_layer;
 typedef struct {
     int64_t hidden, heads, kv_heads, head_dim, intermediate, layers, vocab;
-    float eps, scale, rope_scaling;
+    float eps, scale, attention_scaling;
     const float *embed, *norm, *inv_freq;
     matrix head;
     const block_layer *layer;
@@ -538,8 +538,8 @@ int decode_rows(const decoder *m, int64_t R, const int64_t *tokens, const slot *
         float position = (float)slots[r * L].held, *c = angles + 2 * r * D, *s = c + D;
         for (int64_t i = 0; i < D; i++) {
             float angle = position * m->inv_freq[i % (D / 2)];
-            c[i] = cosf(angle) * m->rope_scaling;
-            s[i] = sinf(angle) * m->rope_scaling;
+            c[i] = cosf(angle) * m->attention_scaling;
+            s[i] = sinf(angle) * m->attention_scaling;
         }
     }
     for (int64_t l = 0; l < L; l++) {
@@ -829,7 +829,7 @@ class _Decoder(ctypes.Structure):
           ("hidden", "heads", "kv_heads", "head_dim", "intermediate", "layers", "vocab")),
         ("eps", ctypes.c_float),
         ("scale", ctypes.c_float),
-        ("rope_scaling", ctypes.c_float),
+        ("attention_scaling", ctypes.c_float),
         ("embed", ctypes.c_void_p),
         ("norm", ctypes.c_void_p),
         ("inv_freq", ctypes.c_void_p),
@@ -934,7 +934,7 @@ class Decoder:
             hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
             intermediate=int(text.intermediate_size), layers=len(inner.layers), vocab=vocab,
             eps=float(text.rms_norm_eps), scale=float(inner.layers[0].self_attn.scaling),
-            rope_scaling=float(getattr(rotary, "attention_scaling", 1.0)), embed=embed,
+            attention_scaling=float(getattr(rotary, "attention_scaling", 1.0)), embed=embed,
             norm=norm, inv_freq=inv_freq, head=head, layer=ctypes.addressof(layers),
         )  # fmt: skip
         return cls(kernels, spec, layers, kept)

@@ -69,29 +69,35 @@ def _decode(model: torch.nn.Module, prompt: list[int], forced: list[int]) -> lis
     return probabilities
 
 
+@pytest.fixture(scope="module")
+def float32_traces(engine: Engine, float32_model: Any) -> list[tuple[list[int], list[int], Any]]:
+    """Each example's prompt, float32's greedy tokens after it, and float32's probabilities
+    before each of those tokens and after the last."""
+    tokens = engine.model.tokens
+    traces = []
+    for example in load_examples():
+        text = tokens.tokenizer.apply_chat_template(
+            [{"role": "system", "content": example.system},
+             {"role": "user", "content": example.prompt}],
+            add_generation_prompt=True, tokenize=False,
+        )  # fmt: skip
+        prompt = list(tokens.encode(text))
+        with torch.inference_mode():
+            greedy = float32_model.generate(
+                torch.tensor([prompt]), max_new_tokens=STEPS, do_sample=False
+            )[0, len(prompt) :].tolist()
+        traces.append((prompt, greedy, _decode(float32_model, prompt, greedy)))
+    return traces
+
+
 def test_the_blocks_record_float32s_probabilities_on_the_examples(
-    engine: Engine, float32_model: Any
+    engine: Engine, float32_traces: list[tuple[list[int], list[int], Any]]
 ) -> None:
     model = engine.model.model
     if not _block_layers(model):
         pytest.skip("the engine runs torch's float32 matmuls here")
-    tokens = engine.model.tokens
     worst = 0.0
-    for example in load_examples():
-        text = tokens.tokenizer.apply_chat_template(
-            [
-                {"role": "system", "content": example.system},
-                {"role": "user", "content": example.prompt},
-            ],
-            add_generation_prompt=True,
-            tokenize=False,
-        )
-        prompt = list(tokens.encode(text))
-        with torch.inference_mode():  # float32's greedy tokens, fed to both
-            greedy = float32_model.generate(
-                torch.tensor([prompt]), max_new_tokens=STEPS, do_sample=False
-            )[0, len(prompt) :].tolist()
-        reference = _decode(float32_model, prompt, greedy)
+    for prompt, greedy, reference in float32_traces:  # float32's greedy tokens, fed to both
         blocks = _decode(model, prompt, greedy)
         worst = max(
             worst, *(float((a - b).abs().max()) for a, b in zip(reference, blocks, strict=True))
@@ -387,32 +393,21 @@ def test_the_engine_decodes_its_steps_in_one_call(engine: Engine) -> None:
 
 
 def test_the_decoder_records_float32s_probabilities_on_the_examples(
-    engine: Engine, float32_model: Any
+    engine: Engine, float32_traces: list[tuple[list[int], list[int], Any]]
 ) -> None:
     if engine.model.kernels is None:
         pytest.skip("the engine runs torch's float32 matmuls here")
     batcher, counted = _decoder_batcher(engine)
-    tokens = engine.model.tokens
     worst = 0.0
-    for example in load_examples():
-        text = tokens.tokenizer.apply_chat_template(
-            [{"role": "system", "content": example.system},
-             {"role": "user", "content": example.prompt}],
-            add_generation_prompt=True, tokenize=False,
-        )  # fmt: skip
-        prompt = list(tokens.encode(text))
-        with torch.inference_mode():
-            greedy = float32_model.generate(
-                torch.tensor([prompt]), max_new_tokens=STEPS, do_sample=False
-            )[0, len(prompt) :].tolist()
-        reference = _decode(float32_model, prompt, greedy)[1:]
+    for prompt, greedy, reference in float32_traces:
         cache = batcher.new_cache()
-        batcher.prefill(cache, prompt)
+        batcher.prefill(cache, prompt)  # the prompt through the modules, each step decoded
         decoded = [torch.softmax(batcher.step(cache, token), -1) for token in greedy]
         worst = max(
-            worst, *(float((a - b).abs().max()) for a, b in zip(reference, decoded, strict=True))
+            worst,
+            *(float((a - b).abs().max()) for a, b in zip(reference[1:], decoded, strict=True)),
         )
-    assert counted.rows == [1] * STEPS * len(load_examples())
+    assert counted.rows == [1] * STEPS * len(float32_traces)
     assert 0.0 < worst <= 1e-3
 
 
