@@ -182,7 +182,7 @@ def _variants(source: str, compile_too: bool, threads: int) -> list[Variant]:
         (f"float32 sdpa {threads} thr", load, threads),
         (f"float32 eager {threads} thr", lambda: load(attn="eager"), threads),
         (f"float32 static {threads} thr", static, threads),
-        (f"gguf decoder {threads} thr", decoder, 1),
+        (f"gguf decoder {threads} thr", decoder, threads),
         (f"gguf blocks {threads} thr", gguf, threads),
         # The builds other CPUs run (the shipped one is this CPU's own, above).
         *(
