@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import threading
 import time
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -33,7 +34,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StaticCache
 
-from app.engine.forward.batch import GrowingLayer
+from app.engine.forward.batch import Batcher, GrowingLayer
 from app.engine.gguf_matmul import Decoder, KernelVariant, kernel_variants
 from app.engine.model import checkpoint_source, use_embedded_gguf_blocks
 from app.examples import load_examples
@@ -102,23 +103,22 @@ class _UpcastLinear(torch.nn.Module):
 
 
 class _Decoded:
-    """The model's prompts through its modules, its one-token steps through the GGUF kernels'
-    decoder in one call (what the engine's batcher runs), as ``model(...)`` is called above."""
+    """The model as the engine's batcher runs it with the GGUF kernels' decoder: a prompt
+    through the modules, each one-token step in one call; called as ``model(...)`` is above."""
 
     def __init__(self, model: Any, decoder: Decoder) -> None:
-        self.model, self.config, self.decoder = model, model.config, decoder
+        self.config = model.config
+        self._batcher = Batcher(model, device=torch.device("cpu"), lock=threading.Lock(),
+                                decoder=decoder, prompt_cache_bytes=0)  # fmt: skip
 
     def __call__(self, *, input_ids: torch.Tensor, cache: Any, **kwargs: Any) -> Any:
-        if input_ids.shape[1] > 1:  # the prompt: into caches that grow in place
+        tokens = input_ids[0].tolist()
+        if len(tokens) > 1:  # the prompt: into caches that grow in place
             cache.layers = [GrowingLayer() for _ in cache.layers]
-            return self.model(input_ids=input_ids, cache=cache, **kwargs)
-        template = self.decoder.template
-        slots = [[layer.slot(template, template) for layer in cache.layers]]
-        logits = self.decoder.decode([int(input_ids[0, 0])], slots)
-        assert logits is not None
-        for layer in cache.layers:
-            layer.advance()
-        return SimpleNamespace(logits=logits[:, None])
+            logits = self._batcher.prefill(cache, tokens)
+        else:
+            logits = self._batcher.step(cache, tokens[0])
+        return SimpleNamespace(logits=logits[None, None])
 
 
 def _variants(source: str, compile_too: bool, threads: int) -> list[Variant]:

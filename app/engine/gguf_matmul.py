@@ -450,6 +450,19 @@ int attend(const float *q, int64_t H, const float *k, const float *v, int64_t KV
    {keys, values, held, key head stride, value head stride}, its buffers [KV, capacity, D]. */
 typedef struct { float *keys, *values; int64_t held, kstride, vstride; } slot;
 
+/* One row: its new keys and values (KV x D) written into its cache at c->held, then its H
+   query heads' attention over the held + 1 tokens (s: room for their scores). */
+static void write_and_attend(const slot *c, const float *q, const float *k, const float *v,
+                             int64_t H, int64_t KV, int64_t D, float scale, float *s,
+                             float *out) {
+    size_t bytes = D * sizeof(float);
+    for (int64_t h = 0; h < KV; h++) {
+        memcpy(c->keys + h * c->kstride + c->held * D, k + h * D, bytes);
+        memcpy(c->values + h * c->vstride + c->held * D, v + h * D, bytes);
+    }
+    heads(q, H, c->keys, c->values, KV, c->held + 1, c->kstride, c->vstride, D, scale, s, out);
+}
+
 int attend_rows(int64_t R, const float *q, const float *k, const float *v, int64_t H,
                 int64_t KV, int64_t D, const slot *slots, float scale, float *out) {
     int64_t longest = 0;
@@ -457,16 +470,9 @@ int attend_rows(int64_t R, const float *q, const float *k, const float *v, int64
         if (slots[r].held + 1 > longest) longest = slots[r].held + 1;
     float *s = malloc(longest * sizeof(float));
     if (!s) return 1;
-    for (int64_t r = 0; r < R; r++) {
-        const slot *c = slots + r;
-        size_t bytes = D * sizeof(float);
-        for (int64_t h = 0; h < KV; h++) {
-            memcpy(c->keys + h * c->kstride + c->held * D, k + (r * KV + h) * D, bytes);
-            memcpy(c->values + h * c->vstride + c->held * D, v + (r * KV + h) * D, bytes);
-        }
-        heads(q + r * H * D, H, c->keys, c->values, KV, c->held + 1, c->kstride, c->vstride, D,
-              scale, s, out + r * H * D);
-    }
+    for (int64_t r = 0; r < R; r++)
+        write_and_attend(slots + r, q + r * H * D, k + r * KV * D, v + r * KV * D, H, KV, D,
+                         scale, s, out + r * H * D);
     free(s);
     return 0;
 }
@@ -552,16 +558,8 @@ int decode_rows(const decoder *m, int64_t R, const int64_t *tokens, const slot *
             const float *c = angles + 2 * r * D;
             rope(q + r * QW, m->heads, D, c, c + D);
             rope(k + r * KW, m->kv_heads, D, c, c + D);
-            const slot *cache = slots + r * L + l;
-            for (int64_t g = 0; g < m->kv_heads; g++) {
-                memcpy(cache->keys + g * cache->kstride + cache->held * D, k + r * KW + g * D,
-                       D * sizeof(float));
-                memcpy(cache->values + g * cache->vstride + cache->held * D,
-                       v + r * KW + g * D, D * sizeof(float));
-            }
-            heads(q + r * QW, m->heads, cache->keys, cache->values, m->kv_heads,
-                  cache->held + 1, cache->kstride, cache->vstride, D, m->scale, scores,
-                  att + r * QW);
+            write_and_attend(slots + r * L + l, q + r * QW, k + r * KW, v + r * KW, m->heads,
+                             m->kv_heads, D, m->scale, scores, att + r * QW);
         }
         matmul(&w->o, att, R, QW, t);
         for (int64_t i = 0; i < R * H; i++) x[i] = x[i] + t[i];
@@ -804,14 +802,15 @@ class _Matrix(ctypes.Structure):
     ]
 
 
-_LAYER_MATRICES = {
-    "q": "self_attn.q_proj",
-    "k": "self_attn.k_proj",
-    "v": "self_attn.v_proj",
-    "o": "self_attn.o_proj",
-    "gate": "mlp.gate_proj",
-    "up": "mlp.up_proj",
-    "down": "mlp.down_proj",
+#: The GGUF's names of a llama layer's projections, and transformers' paths to them.
+_PROJECTIONS = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
 }
 
 
@@ -819,7 +818,8 @@ class _Layer(ctypes.Structure):
     _fields_ = [
         ("attn_norm", ctypes.c_void_p),
         ("mlp_norm", ctypes.c_void_p),
-        *((name, _Matrix) for name in _LAYER_MATRICES),
+        # C's q, k, v, o, gate, up, down, in _PROJECTIONS' order
+        *((name, _Matrix) for name in _PROJECTIONS),
     ]
 
 
@@ -907,18 +907,20 @@ class Decoder:
                            blocks.scales.data_ptr(), mins)  # fmt: skip
 
         layers = (_Layer * len(inner.layers))()
-        widths = {"q": hidden, "k": hidden, "v": hidden, "o": heads * head_dim,
-                  "gate": hidden, "up": hidden, "down": int(text.intermediate_size)}  # fmt: skip
-        outputs = {"q": heads * head_dim, "k": kv_heads * head_dim, "v": kv_heads * head_dim,
-                   "o": hidden, "gate": int(text.intermediate_size),
-                   "up": int(text.intermediate_size), "down": hidden}  # fmt: skip
+        inter = int(text.intermediate_size)
+        widths = {"attn_q": hidden, "attn_k": hidden, "attn_v": hidden,
+                  "attn_output": heads * head_dim, "ffn_gate": hidden, "ffn_up": hidden,
+                  "ffn_down": inter}  # fmt: skip
+        outputs = {"attn_q": heads * head_dim, "attn_k": kv_heads * head_dim,
+                   "attn_v": kv_heads * head_dim, "attn_output": hidden, "ffn_gate": inter,
+                   "ffn_up": inter, "ffn_down": hidden}  # fmt: skip
         for index, layer in enumerate(inner.layers):
             attn_norm = floats(layer.input_layernorm.weight, hidden)
             mlp_norm = floats(layer.post_attention_layernorm.weight, hidden)
             if attn_norm is None or mlp_norm is None:
                 return None
             layers[index].attn_norm, layers[index].mlp_norm = attn_norm, mlp_norm
-            for name, path in _LAYER_MATRICES.items():
+            for name, path in _PROJECTIONS.items():
                 made = matrix(layer.get_submodule(path), widths[name])
                 if made is None or made.outputs != outputs[name]:
                     return None
@@ -932,7 +934,7 @@ class Decoder:
             return None
         spec = _Decoder(
             hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-            intermediate=int(text.intermediate_size), layers=len(inner.layers), vocab=vocab,
+            intermediate=inter, layers=len(inner.layers), vocab=vocab,
             eps=float(text.rms_norm_eps), scale=float(inner.layers[0].self_attn.scaling),
             attention_scaling=float(getattr(rotary, "attention_scaling", 1.0)), embed=embed,
             norm=norm, inv_freq=inv_freq, head=head, layer=ctypes.addressof(layers),
@@ -1165,17 +1167,6 @@ def _read_blocks(tensor: _Tensor) -> _Blocks:
         None if mins is None else torch.from_numpy(mins),
         outputs,
     )
-
-
-_PROJECTIONS = {
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
 
 
 def _matching(blocks: _Blocks, weight: torch.Tensor, heads: tuple[int, ...]) -> _Blocks | None:
