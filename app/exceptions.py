@@ -67,6 +67,14 @@ class GrammarTooComplex(GrammarError):
     code = "grammar_too_complex"
 
 
+class GrammarTooSlow(GrammarError):
+    """Walking a text or a run through the grammar ran past the request's CPU-time budget
+    (``MASKSCOPE_WALK_BUDGET_S``): the grammar compiles, but each token costs more as the text
+    grows. The message says how far the walk got and what a token cost."""
+
+    code = "grammar_too_slow"
+
+
 class InvalidInput(MaskscopeError):
     """A well-formed request with a value the engine cannot use (a token id out of range...)."""
 
@@ -107,6 +115,24 @@ class CapacityExceeded(MaskscopeError):
     """A cap is full (live sessions, a queue of waiting work); try again later."""
 
     code = "capacity_exceeded"
+
+
+class RateLimited(CapacityExceeded):
+    """A per-client rate or quota is used up (permalinks a minute, bytes stored); the answer
+    says when to retry (``Retry-After``, whole seconds)."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class CutShortByLoad(MaskscopeError):
+    """Work bounded by what it does (documents built, tokens walked) hit its wall-clock safety
+    stop first: the machine is busy, not the input at fault. Try again later."""
+
+    code = "cut_short_by_load"
 
 
 class RunInProgress(MaskscopeError):
@@ -193,6 +219,8 @@ _BY_CODE: dict[str, type[MaskscopeError]] = {
     for c in (
         GrammarError,
         GrammarTooComplex,
+        GrammarTooSlow,
+        CutShortByLoad,
         InvalidInput,
         TokenRefused,
         SessionFinished,

@@ -13,6 +13,7 @@ from app import __version__
 from app.engine import Engine
 from app.settings import Settings
 from app.web.clients import ClientIdentity
+from app.web.departure import ClientDeparture
 from app.web.errors import FORBIDDEN_RESPONSE, install_error_handlers
 from app.web.limits import BodyLimit
 from app.web.requestlog import RequestLog
@@ -98,8 +99,10 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     settings = state.settings
     # Outermost last: the log sees every answer, the proxies' headers are read before the
     # Host check, and a refused request never reaches the body limit or a route. The client's
-    # identity (fair shares) is innermost: it reads the address the proxies' headers gave.
+    # identity (fair shares) is innermost: it reads the address the proxies' headers gave; a
+    # client's departure stops the work its request started (uvicorn cancels no handler).
     app.add_middleware(ClientIdentity)
+    app.add_middleware(ClientDeparture)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     signer = CsrfSigner(load_secret(settings))
     app.add_middleware(SecurityGate, hosts=allowed_hosts(settings), signer=signer)

@@ -172,6 +172,8 @@ class Settings(BaseSettings):
         cache_dir: where the embedded GGUF is converted once to safetensors, and other caches.
         compile_workers: worker processes that compile grammars (and capture xgrammar's warnings).
         compile_timeout_s: wall-clock limit of one grammar compile.
+        compile_memory_mb: memory a compile worker may map beyond what it holds once loaded
+            (compiling, and serialising a compiled grammar for a session): past it, 422.
         compile_cache_bytes: memory budget of the compiled-grammar cache.
         top_k: default number of raw-distribution candidates recorded per step.
         max_tokens_cap: the largest ``max_tokens`` a session may ask for.
@@ -181,6 +183,9 @@ class Settings(BaseSettings):
         max_sessions: live sessions kept at once; the least recently used idle one is evicted.
         max_sessions_per_client: live sessions one client address keeps at once (at most
             ``max_sessions``); past it, the client's own least recently used idle one is evicted.
+        client_prefix_v4: the network one IPv4 client is (32: each address; 24: a /24), the key
+            of every per-client cap and quota, a trusted proxy's client included.
+        client_prefix_v6: the network one IPv6 client is (64: a /64, what one host is handed).
         session_ttl_s: a session unused for this long expires.
         max_kv_mb: the KV caches and step records of all sessions together; least recently
             used idle sessions are evicted above it.
@@ -189,12 +194,20 @@ class Settings(BaseSettings):
             ``postgresql://user:password@host:port/db`` for a team's replicas to share. None:
             ``sqlite:///`` and ``db_path``.
         snapshot_max_bytes: the largest permalink snapshot accepted.
+        permalink_quota_per_minute: permalinks one client may create a minute (429
+            ``rate_limited`` with ``Retry-After`` beyond), counted in this process.
+        permalink_quota_bytes: bytes of new snapshots one client may store an hour, counted in
+            this process (the last one admitted may pass it by one snapshot).
         sandbox_workers: Pydantic sandbox processes running at once.
         sandbox_cpu_s: CPU seconds a sandbox process may use.
         sandbox_memory_mb: memory a sandbox process may map.
         sandbox_timeout_s: wall-clock limit of a sandbox process.
         doctor_memory_mb: memory a Doctor worker process may map beyond what it holds once
             started (its libraries and the tokenizer); an examination needing more is a 422.
+        doctor_time_limit_s: the wall-clock safety stop of one Doctor examination in its worker
+            process: its own work only (its start-up, first loads and the compiles it asks the
+            server for are not counted); past it the process is killed and the answer is a 503
+            ``cut_short_by_load``. The work itself is bounded by counts, never by time.
         sandbox_allow_weak_containment: the weakest containment level of the Pydantic sandbox
             accepted below ``full``: ``seccomp`` (no Landlock) or ``none``; unset, Pydantic
             sources are refused unless the kernel contains the sandbox fully.
@@ -204,6 +217,9 @@ class Settings(BaseSettings):
             queues (at most ``queue_max``); more are refused with 429, and a freed worker serves
             the client with the fewest requests running first.
         replay_max_tokens: the most tokens a replay walks (413 beyond); None: ``max_tokens_cap``.
+        walk_budget_s: CPU seconds one request's walks through a grammar matcher may use (a
+            replay, schema tests, one step of a session, segments); past it, 422
+            ``grammar_too_slow`` naming how far the walk got.
         remote_engines: vLLM endpoints to drive besides the local model (a JSON list).
         remote_timeout_s: how long a remote engine may take to answer one request.
         vllm_python: the Python of vLLM's own virtualenv (``make vllm-install``), which runs
@@ -211,6 +227,9 @@ class Settings(BaseSettings):
             as unavailable.
         vllm_timeout_s: wall-clock limit of one call into vLLM's tool-call code (the first
             one also imports vLLM and loads the tokenizer).
+        vllm_runner_memory_mb: memory cap of the vLLM tools builder's runner process (its data
+            segment, ``RLIMIT_DATA``; it uses about 640 MB with vLLM imported, plus each
+            tokenizer it keeps, up to 3).
         tokenizers: models known by their tokenizer only (a JSON list); None (unset): the
             shipped ones, ``deepseek-v4`` and ``qwen3.6``; ``[]``: none.
         host: address ``python -m app serve`` binds by default.
@@ -240,6 +259,7 @@ class Settings(BaseSettings):
     cache_dir: Path = Field(default_factory=_default_cache_dir)
     compile_workers: int = Field(default=2, ge=1, le=64)
     compile_timeout_s: float = Field(default=30.0, gt=0)
+    compile_memory_mb: int = Field(default=2048, ge=64)
     compile_cache_bytes: int = Field(default=512 * 1024 * 1024, ge=0)
     top_k: int = Field(default=10, ge=1, le=MAX_TOP_K)
     max_tokens_cap: int = Field(default=MAX_TOKENS, ge=1, le=MAX_TOKENS)
@@ -248,24 +268,31 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_sessions: int = Field(default=32, ge=1)
     max_sessions_per_client: int = Field(default=8, ge=1)
+    client_prefix_v4: int = Field(default=32, ge=8, le=32)
+    client_prefix_v6: int = Field(default=64, ge=16, le=128)
     session_ttl_s: float = Field(default=1800.0, gt=0)
     max_kv_mb: int = Field(default=4096, ge=1)
     db_path: Path = Field(default_factory=_default_db_path)
     db_url: str | None = None
     snapshot_max_bytes: int = Field(default=256 * 1024, ge=1024)
+    permalink_quota_per_minute: int = Field(default=60, ge=1)
+    permalink_quota_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
     sandbox_workers: int = Field(default=4, ge=1, le=64)
     sandbox_cpu_s: int = Field(default=5, ge=1, le=60)
     sandbox_memory_mb: int = Field(default=1024, ge=256)
     sandbox_timeout_s: float = Field(default=15.0, gt=0)
     doctor_memory_mb: int = Field(default=2048, ge=256)
+    doctor_time_limit_s: float = Field(default=300.0, gt=0, le=3600)
     sandbox_allow_weak_containment: Literal["seccomp", "none"] | None = None
     queue_max: int = Field(default=16, ge=0, le=1024)
     queue_max_per_client: int = Field(default=4, ge=1, le=1024)
     replay_max_tokens: int | None = Field(default=None, ge=1, le=MAX_REPLAY_TOKENS)
+    walk_budget_s: float = Field(default=5.0, gt=0, le=3600)
     remote_engines: list[RemoteEngineSpec] = Field(default_factory=list)
     remote_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     vllm_python: Path = Field(default_factory=_default_vllm_python)
     vllm_timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    vllm_runner_memory_mb: int = Field(default=2048, ge=64, le=1024 * 1024)
     tokenizers: list[TokenizerSpec] | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)

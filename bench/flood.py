@@ -4,20 +4,26 @@ Measures, in one run on loopback: the latency of a one-token step on an idle ser
 threads send slow grammars (seconds each in xgrammar) and slow Pydantic sources (seconds each in
 the sandbox), more than the workers and their queues hold; prints both medians and their ratio,
 how many flood requests were refused with 429 and how many answered 5xx (target: none), and the
-largest replay's answer size with and without bitmasks.
+largest replay's answer size with and without bitmasks. Then another client's permalink GET
+while one client keeps 12 big tools sources (256 KiB, a second or more of CPU each to parse) in
+flight from another loopback address: both medians, their ratio (issue 46: 8 ms became 56 s when
+the parses ran in asyncio's default pool) and the flood's answers by status.
 
-Usage: ``.venv/bin/python bench/flood.py [--compiles 12] [--sources 8]``
+Usage: ``.venv/bin/python bench/flood.py [--compiles 12] [--sources 8] [--tools 12]``
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import re
 import statistics
 import sys
 import threading
 import time
 from collections import Counter
+from typing import Any
 
 import httpx
 from live_server import ROOT, live_server
@@ -29,6 +35,7 @@ _ENV = {
     "MASKSCOPE_QUEUE_MAX": "2",
 }
 _REPLAY_GRAMMAR = {"kind": "regex", "source": "[a-z ]+"}
+_JSON = {"content-type": "application/json"}
 
 
 def _slow_schema(i: int) -> dict[str, object]:
@@ -46,6 +53,71 @@ def _slow_pydantic(i: int) -> dict[str, object]:
                 kind = f"Union[M{i}x{k - 1}, M{i}x{k - 2}, None]"
             lines.append(f"    f{f}: {kind} = None")
     return {"kind": "pydantic", "source": "\n".join(lines)}
+
+
+def _big_tools(limit: int = 256 * 1024) -> dict[str, object]:
+    """A tools source just under the size limit: thousands of small tools, refused at the end
+    (its ``tool_choice`` names none of them), so that each costs a whole parse and no compile."""
+    tool = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 9}}}
+    data: dict[str, Any] = json.loads((ROOT / "schemas" / "router_tools.tools.json").read_text())
+    data["tools"] = []
+    data["tool_choice"] = {"type": "function", "function": {"name": "none"}}
+    while len(json.dumps(data)) < limit - 200:
+        name = f"t{len(data['tools'])}"
+        data["tools"].append({"type": "function", "function": {"name": name, "parameters": tool}})
+    return {"kind": "tools", "source": json.dumps(data)}
+
+
+def _get_latencies(client: httpx.Client, path: str, count: int) -> list[float]:
+    latencies = []
+    for _ in range(count):
+        started = time.perf_counter()
+        client.get(path).raise_for_status()
+        latencies.append((time.perf_counter() - started) * 1000)
+    return latencies
+
+
+def _send_tools(base: str, senders: int, stop: Any, statuses: Any) -> None:
+    """In a process of its own (so that its threads never hold the measuring client's GIL):
+    ``senders`` threads from 127.0.0.2, each sending a big tools source again as soon as it is
+    answered, until ``stop`` is set; the statuses counted in ``statuses``."""
+    content = json.dumps(_big_tools()).encode()
+    lock = threading.Lock()
+
+    def send() -> None:
+        transport = httpx.HTTPTransport(local_address="127.0.0.2")
+        with httpx.Client(base_url=base, timeout=600, transport=transport) as own:
+            while not stop.is_set():
+                status = own.post("/api/compile", content=content, headers=_JSON).status_code
+                with lock:
+                    statuses[status] = statuses.get(status, 0) + 1
+
+    threads = [threading.Thread(target=send) for _ in range(senders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _tools_flood(base: str, senders: int) -> tuple[float, float, Counter[int]]:
+    """Another client's permalink GET, idle and while one client (127.0.0.2, another process)
+    keeps ``senders`` big tools sources in flight: both medians, and the flood's statuses."""
+    body = {"grammar": _REPLAY_GRAMMAR, "raw_prompt": "A story:", "max_tokens": 8,
+            "actions": [{"op": "step", "n": 4}]}  # fmt: skip
+    with httpx.Client(base_url=base, timeout=600) as client, multiprocessing.Manager() as shared:
+        path = f"/api/permalinks/{client.post('/api/permalinks', json=body).json()['id']}"
+        _get_latencies(client, path, 3)  # warm
+        idle = _get_latencies(client, path, 20)
+        stop, statuses = shared.Event(), shared.dict()
+        flood = multiprocessing.Process(target=_send_tools, args=(base, senders, stop, statuses))
+        flood.start()
+        while sum(statuses.values()) < senders:  # each sender answered once: all in flight
+            time.sleep(0.1)
+        busy = _get_latencies(client, path, 20)
+        stop.set()
+        flood.join()
+        counted = Counter(dict(statuses))
+    return statistics.median(idle), statistics.median(busy), counted
 
 
 def _step_latencies(client: httpx.Client, session_id: str, count: int) -> list[float]:
@@ -66,8 +138,10 @@ def _replay_sizes(client: httpx.Client) -> tuple[int, int, float, float]:
     bare_ms = (time.perf_counter() - started) * 1000
     full = client.post("/api/replay", json={**body, "bitmask_for": list(range(0, 4096, 64))})
     form = {**_REPLAY_GRAMMAR, "strict_mode": "on", "text": text}  # the API's options
+    page = client.get("/").text  # the page's CSRF cookie (kept by the client) and token
+    token = {"X-CSRF-Token": re.findall(r'<meta name="csrf-token" content="([^"]+)"', page)[0]}
     started = time.perf_counter()
-    client.post("/ui/replay/4095", data=form).raise_for_status()
+    client.post("/ui/replay/4095", data=form, headers=token).raise_for_status()
     inspect_ms = (time.perf_counter() - started) * 1000
     return len(bare.content), len(full.content), bare_ms, inspect_ms
 
@@ -76,6 +150,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compiles", type=int, default=12)
     parser.add_argument("--sources", type=int, default=8)
+    parser.add_argument("--tools", type=int, default=12)
     args = parser.parse_args()
     session = {
         "grammar": {
@@ -114,6 +189,7 @@ def main() -> int:
             thread.start()
         for thread in warm:
             thread.join()
+        get_idle, get_busy, tool_statuses = _tools_flood(base, args.tools)
     idle_ms, busy_ms = statistics.median(idle), statistics.median(busy)
     print(f"step p50 idle {idle_ms:.0f} ms, during the flood {busy_ms:.0f} ms: "
           f"ratio {busy_ms / idle_ms:.2f}")  # fmt: skip
@@ -121,7 +197,13 @@ def main() -> int:
     print(f"flood answers by status: {dict(sorted(statuses.items()))}")
     print(f"largest replay (4096 tokens): {bare} bytes without bitmasks, {full} with 64; "
           f"{replay_ms:.0f} ms; the last token's inspector {inspect_ms:.0f} ms")  # fmt: skip
-    return 1 if any(status >= 500 for status in statuses) else 0
+    print(
+        f"another client's permalink GET p50 idle {get_idle:.1f} ms, while one client sends "
+        f"{args.tools} big tools sources at once {get_busy:.1f} ms: ratio "
+        f"{get_busy / get_idle:.2f}; the flood's answers: {dict(sorted(tool_statuses.items()))}"
+    )
+    failed = [s for s in (*statuses, *tool_statuses) if s >= 500]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -9,6 +9,11 @@ and their ratios to the idle ones, the hostile answers by status (target: 4xx or
 5xx), how many connections the listener received and whether the file's content came back
 (target: none).
 
+A last row (#46): the latency of another client's trivial replay (median and worst of five) while
+a second address (127.0.0.2) keeps both replay threads busy with ``root ::= root root | "a"``
+over 1,600 a's (each stopped by ``MASKSCOPE_WALK_BUDGET_S``: 422 ``grammar_too_slow``), against
+idle: the worst is the wait for a thread, bounded by one walk budget.
+
 The Doctor's own memory and time bounds (#27 item 4: a huge ``minItems`` or ``minLength``) belong
 to the Doctor's issue (#25) and are not sent here.
 
@@ -77,6 +82,13 @@ def _hostile(listener_url: str, secret_file: Path) -> list[tuple[str, dict[str, 
     ]
 
 
+_PATHOLOGICAL = {"kind": "ebnf", "source": 'root ::= root root | "a"'}
+_HOSTILE_REPLAY: dict[str, object] = {"grammar": _PATHOLOGICAL, "text": "a" * 1600}
+_TRIVIAL_REPLAY: dict[str, object] = {
+    "grammar": {"kind": "ebnf", "source": 'root ::= "yes" | "no"'},
+    "text": "yes",
+}
+
 _Latencies = tuple[list[float], list[float]]  # compiles, steps
 
 
@@ -99,9 +111,15 @@ def _measure(client: httpx.Client, session_id: str, first: int) -> _Latencies:
 class _Flood:
     """8 threads, each sending its request again as soon as the last one is answered."""
 
-    def __init__(self, base: str, requests: list[tuple[str, dict[str, object]]]) -> None:
+    def __init__(
+        self,
+        base: str,
+        requests: list[tuple[str, dict[str, object]]],
+        address: str | None = None,
+    ) -> None:
         self.base = base
         self.requests = requests
+        self.address = address  # the loopback address sent from (another client), if any
         self.statuses: Counter[str] = Counter()
         self.leaked = False
 
@@ -110,7 +128,8 @@ class _Flood:
         stop = time.monotonic() + seconds
 
         def send(route: str, body: dict[str, object]) -> None:
-            with httpx.Client(base_url=self.base, timeout=600) as own:
+            transport = httpx.HTTPTransport(local_address=self.address)
+            with httpx.Client(base_url=self.base, timeout=600, transport=transport) as own:
                 while time.monotonic() < stop:
                     answer = own.post(route, json=body)
                     self.statuses[f"{route} {answer.status_code}"] += 1
@@ -124,6 +143,11 @@ class _Flood:
         for thread in threads:
             thread.join()
         return measured
+
+
+def _replays(client: httpx.Client) -> _Latencies:
+    """Five trivial replays (a cached grammar): their latencies, as the first of the pair."""
+    return [_timed(partial(client.post, "/api/replay", json=_TRIVIAL_REPLAY)) for _ in range(5)], []
 
 
 def _ratios(label: str, idle: _Latencies, busy: _Latencies) -> None:
@@ -158,13 +182,27 @@ def main() -> int:
             loaded = plain.during(args.seconds, lambda: _measure(client, session_id, 200))
             hostile = _Flood(base, _hostile(listener_url, secret_file))
             attacked = hostile.during(args.seconds, lambda: _measure(client, session_id, 300))
+            _replays(client)  # warm: its grammar compiled
+            calm = _replays(client)
+            walks = _Flood(base, [("/api/replay", _HOSTILE_REPLAY)] * 2, address="127.0.0.2")
+            walked = walks.during(args.seconds, lambda: _replays(client))
     listener.shutdown()
     _ratios("under 8 plain (cached) compiles", idle, loaded)
     _ratios("under 8 hostile requests", idle, attacked)
     print(f"hostile answers: {dict(sorted(hostile.statuses.items()))}")
+    calm_p50, during, worst = (
+        statistics.median(calm[0]),
+        statistics.median(walked[0]),
+        max(walked[0]),
+    )
+    print(f"trivial replay p50 idle {calm_p50:.0f} ms, under 2 hostile replays of another client "
+          f"p50 {during:.0f} ms (ratio {during / calm_p50:.2f}), max {worst:.0f} ms (ratio "
+          f"{worst / calm_p50:.0f}: the wait for a replay thread, at most one walk budget); "
+          f"their answers: {dict(sorted(walks.statuses.items()))}")  # fmt: skip
     print(f"listener connections: {_Listener.connections}; "
           f"file content answered: {hostile.leaked}")  # fmt: skip
-    failed = any(int(key.rsplit(" ", 1)[1]) >= 500 for key in hostile.statuses)
+    statuses = [*hostile.statuses, *walks.statuses]
+    failed = any(int(key.rsplit(" ", 1)[1]) >= 500 for key in statuses)
     return 1 if failed or _Listener.connections or hostile.leaked else 0
 
 

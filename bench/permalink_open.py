@@ -5,6 +5,10 @@ the snapshot), then ``/s/{id}?step=36`` is fetched (its HTML holds the recorded 
 browser paints at once) and the live session is rebuilt (``/ui/permalinks/{id}/open``: what the
 page waited for before). Printed: both, their ratio, over a few rounds, in one run.
 
+Then a permalink whose test walks a slow grammar (``root ::= root root | "a"``, issue 46),
+shared before verdicts were kept: its first ``GET /api/permalinks/{id}`` answers pending, the
+judgement runs in the background (what every GET cost before), and a later GET reads it.
+
 Usage: ``PYTHONPATH=. .venv/bin/python bench/permalink_open.py [--rounds 3] [--steps 48]``
 """
 
@@ -14,23 +18,56 @@ import argparse
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from fastapi.testclient import TestClient
 
 from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
+from app.web.bodies import PermalinkIn
+from app.web.services.permalinks import snapshot_of_request
 from tests.conftest import as_page
 from tests.web.conftest import session_body
 
+T = TypeVar("T")
 TARGET_MS = 1000.0
+SLOW_GRAMMAR = {"kind": "ebnf", "source": 'root ::= root root | "a"'}
+
+
+def _ms(call: Callable[[], T]) -> tuple[float, T]:
+    start = time.perf_counter()
+    result = call()
+    return (time.perf_counter() - start) * 1000, result
+
+
+def slow_tests_row(client: TestClient, engine: Engine, chars: int) -> None:
+    """The GET of a permalink whose test walks a slow grammar: pending, judged, read."""
+    body = PermalinkIn.model_validate({**session_body(grammar=SLOW_GRAMMAR), "actions": []})
+    tests = [{"text": "a" * chars, "expect": "pass", "recorded": None}]
+    store = client.app.state.maskscope.store  # type: ignore[attr-defined]
+    snapshot_id = store.put(snapshot_of_request(body, engine.model.identity, tests=tests))[0]
+    path = f"/api/permalinks/{snapshot_id}"
+    first_ms, first = _ms(lambda: client.get(path).json()["test_results"][0]["status"])
+    start = time.perf_counter()
+    while (status := client.get(path).json()["test_results"][0]["status"]) == "pending":
+        time.sleep(0.02)
+    judged_ms = (time.perf_counter() - start) * 1000
+    read_ms = statistics.median(_ms(lambda: client.get(path))[0] for _ in range(5))
+    print(
+        f"slow grammar's test ({chars} chars): first GET {first_ms:.0f} ms ({first}), "
+        f"judged in the background in {judged_ms:.0f} ms ({status}), later GET {read_ms:.0f} ms"
+    )
+    print(f"ratio (background judgement, once a GET before / GET now): {judged_ms / read_ms:.0f}x")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=48)
+    parser.add_argument("--slow-chars", type=int, default=300)
     args = parser.parse_args()
     settings = Settings(db_path=Path(tempfile.mkdtemp()) / "p.db")
     engine = Engine.load(settings)
@@ -55,6 +92,7 @@ def main() -> None:
         print(f"page with the recorded chips: {page_median:.0f} ms (target {TARGET_MS:.0f} ms)")
         print(f"live session rebuilt:         {open_median:.0f} ms")
         print(f"ratio (rebuilt / page):        {open_median / page_median:.1f}x")
+        slow_tests_row(client, engine, args.slow_chars)
     engine.close()
 
 

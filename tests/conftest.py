@@ -228,9 +228,11 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def live_server(engine: Engine) -> Iterator[str]:
-    """The app served by uvicorn in a thread, sharing the test session's engine."""
-    yield from serve(Settings(), engine)
+def live_server(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The app served by uvicorn in a thread, sharing the test session's engine (its own
+    permalink database: the user's default one is never touched)."""
+    db_path = tmp_path_factory.mktemp("live-server") / "permalinks.db"
+    yield from serve(Settings(db_path=db_path), engine)
 
 
 def serve(settings: Settings, engine: Engine) -> Iterator[str]:

@@ -21,6 +21,8 @@ MAX_LINES = 350
 LAYERS = {
     "app.caps": 0,
     "app.exceptions": 0,
+    "app.jsontext": 0,
+    "app.redact": 0,
     "app.paths": 0,
     "app.pysource": 0,
     "app.verdicts": 0,

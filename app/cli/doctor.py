@@ -32,7 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="exit 1 when this stack refuses the schema or falls back (repeatable)",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="the witness search's seed")
-    parser.add_argument("--budget-ms", type=int, help="time the search may take (default 2000)")
+    parser.add_argument(
+        "--budget-ms",
+        type=int,
+        help="each part's wall-clock safety stop (default 20000; the work is bounded by counts)",
+    )
     parser.add_argument("--max-tokens", type=int, help="flag it when below the shortest document")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 

@@ -149,8 +149,10 @@ def grammar_request(args: argparse.Namespace, settings: Settings) -> GrammarRequ
 
 
 def _tools_source(source: str, settings: Settings) -> str:
-    """A tools source with each ``$model`` derived by the sandbox (as the server does)."""
+    """A tools source with each ``$model`` derived by the sandbox, all in one run, and its
+    errors placed as the server places them."""
     from app.engine.tools.request import parse_tools
+    from app.exceptions import GrammarError
 
     parsed = parse_tools(source)
     if not parsed.models:
@@ -159,8 +161,13 @@ def _tools_source(source: str, settings: Settings) -> str:
 
     assert parsed.pydantic is not None
     sandbox = Sandbox.from_settings(settings)
-    names = {ref.name for ref in parsed.models}
-    return parsed.resolved({name: sandbox.schema(parsed.pydantic, name).schema for name in names})
+    try:
+        derived = sandbox.schemas(parsed.pydantic, [ref.name for ref in parsed.models])
+    except GrammarError as error:  # the source itself failed
+        raise parsed.model_error(error, ["pydantic"]) from None
+    return parsed.with_models(
+        {n: d if isinstance(d, GrammarError) else d.schema for n, d in derived.items()}
+    )
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:

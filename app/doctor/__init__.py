@@ -9,6 +9,8 @@
 - ``walk``, ``instances``, ``witnesses``: documents from the grammar alone and from the schema
   alone, and the ones on which the two disagree (the random search, a second net);
 - ``findings``: every witness grouped by cause, in words (the report's ``findings``);
+- ``safety``: the wall-clock safety stop beside the counts that bound every part (a part it
+  stops says ``cut_short_by_load``, never that the schema is too complex);
 - ``backends``: one module per serving stack (xgrammar, vLLM, SGLang, llguidance, OpenAI strict);
 - ``doctor``: the front door, used by the web layer and the CLI alike.
 """

@@ -4,6 +4,10 @@ One examination compiles the request (through the engine's cache), then, at the 
 keyword probe runs in a compile worker, the other whitespace setting compiles in another, the
 llguidance checks run, and this thread searches for witnesses. The rows of the stacks whose
 rules are reproduced come last, from the schema alone.
+
+Every part is bounded by counts (:mod:`app.doctor.safety`), so the same request and seed give the
+same report under any load; ``budget_ms`` is each part's wall-clock safety stop only, and a part
+it stops says ``cut_short_by_load``, never that the schema is too complex.
 """
 
 from __future__ import annotations
@@ -11,11 +15,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-import time
 import weakref
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FuturesTimeout
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from app.doctor import enforcement
@@ -23,7 +25,7 @@ from app.doctor.backends import openai_strict, sglang, vllm, xgrammar
 from app.doctor.backends.llguidance import Llguidance
 from app.doctor.findings import group
 from app.doctor.judge import Judge
-from app.doctor.keywords import constraint_keywords
+from app.doctor.keywords import Keyword, constraint_keywords
 from app.doctor.proving import Prover
 from app.doctor.records import (
     BackendRow,
@@ -35,13 +37,14 @@ from app.doctor.records import (
     Status,
     Verdict,
 )
+from app.doctor.safety import LOAD_NOTE, Deadline
 from app.doctor.source_lines import json_lines, pydantic_lines
 from app.doctor.vocab import Vocab
 from app.doctor.witnesses import Found, ValidateMany, search
 from app.engine.engine import AnyEngine
 from app.engine.grammar import CompileResult, GrammarKind, GrammarSpec, MaskingLibrary
 from app.engine.keyword_probe import ProbeResult
-from app.exceptions import GrammarError, GrammarTooComplex
+from app.exceptions import CutShortByLoad, GrammarError, GrammarTooComplex
 
 __all__ = [
     "DEFAULT_BUDGET_MS",
@@ -50,12 +53,18 @@ __all__ = [
     "RUNNING_AT_ONCE",
     "Doctor",
     "OtherCompile",
+    "PROBED_KEYWORDS",
     "PydanticSource",
 ]
 
-DEFAULT_BUDGET_MS = 2000
-MAX_BUDGET_MS = 20_000
+#: Each part's wall-clock safety stop by default: ten times what the examples' parts take on a
+#: busy 2-core machine, so that load does not reach it; the work itself is a fixed count.
+DEFAULT_BUDGET_MS = 20_000
+MAX_BUDGET_MS = 120_000
 RUNNING_AT_ONCE = 2
+#: Keywords compared with and without themselves, at most (a count: the others are unchecked,
+#: and say why).
+PROBED_KEYWORDS = 1000
 _DOCTORS: weakref.WeakKeyDictionary[AnyEngine, Doctor] = weakref.WeakKeyDictionary()
 _DOCTORS_LOCK = threading.Lock()
 
@@ -123,12 +132,16 @@ class Doctor:
                 examination is of xgrammar's compile whichever library the request names
                 (llguidance has its row among the backends).
             seed: the witness search's seed; the same seed gives the same witnesses.
-            budget_ms: the time the keyword comparison and the witness search may each take.
+            budget_ms: the wall-clock safety stop of each part (the keyword comparison, the
+                witness search, the proofs; each tool's arguments): the work is bounded by
+                counts, and a part this stops says ``cut_short_by_load``.
             pydantic: the Pydantic source the schema came from, if any.
             max_tokens: a generation limit to compare with the shortest document.
 
         Raises:
             GrammarError: the request does not compile.
+            CutShortByLoad: an EBNF or regex grammar's walks (its costs, which have no place to
+                say so) were cut short by the safety stop.
         """
         spec = dataclasses.replace(spec, library=MaskingLibrary.XGRAMMAR)
         with self._slots:
@@ -149,9 +162,14 @@ class Doctor:
     def _grammar_only(
         self, grammar: CompileResult, *, seed: int, budget_ms: int, max_tokens: int | None
     ) -> DoctorReport:
+        deadline = Deadline.of_ms(budget_ms)
         found = search(
-            grammar, self.tokens, self.vocab(), schema=None, seed=seed, budget_ms=budget_ms
+            grammar, self.tokens, self.vocab(), schema=None, seed=seed, deadline=deadline
         )
+        if deadline.reached:
+            raise CutShortByLoad(
+                f"the Doctor's walks of this grammar (its costs) were {LOAD_NOTE} ({budget_ms} ms)"
+            )
         costs = _costs(grammar, None, found, max_tokens)
         row = self.llguidance.assess_grammar(grammar.spec.kind, grammar.spec.source)
         return DoctorReport((), (), None, None, (row,), costs)
@@ -171,9 +189,13 @@ class Doctor:
             return OtherCompile(None, refused=True)
 
     def probe(self, spec: GrammarSpec, pointers: list[str], budget_ms: int) -> ProbeResult | None:
-        """The keyword probe in a compile worker; None when a conversion ran past the limit."""
+        """The keyword probe in a compile worker, ``budget_ms`` its safety stop; cut short when
+        a conversion ran past the compile time limit (a wall clock too), None when a conversion
+        was refused."""
         try:
             return self._engine.compiler.probe_keywords(spec, pointers, budget_s=budget_ms / 1000)
+        except GrammarTooComplex:
+            return ProbeResult((), (), cut_short=True, ms=0.0)
         except GrammarError:
             return None
 
@@ -183,7 +205,7 @@ class OtherCompile:
     """The request compiled with the other ``any_whitespace`` setting.
 
     Attributes:
-        result: the compile; None when it failed or did not finish in time.
+        result: the compile; None when it failed or ran past the compile time limit.
         refused: xgrammar refused the schema with those options (not a time limit).
     """
 
@@ -224,28 +246,29 @@ class Examination:
 
     def run(self, seed: int, budget_ms: int, max_tokens: int | None) -> DoctorReport:
         keywords = constraint_keywords(self.schema)
-        # Not a `with` block: leaving it would wait for a slow any_whitespace compile (ten times
-        # slower, tens of seconds on big schemas), which may finish (and fill the cache) later.
+        probed = [k.pointer for k in keywords[:PROBED_KEYWORDS]]
+        # Not a `with` block: leaving it on an error would wait for a slow any_whitespace
+        # compile (ten times slower, tens of seconds on big schemas).
         pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="doctor")
         try:
-            probing = pool.submit(
-                self.doctor.probe, self.spec, [k.pointer for k in keywords], budget_ms
-            )
+            probing = pool.submit(self.doctor.probe, self.spec, probed, budget_ms)
             spacing = pool.submit(self._other_whitespace)
             llg_row = pool.submit(self._llguidance_row)
             guidance = pool.submit(self._guidance_error)
             validate = self.pydantic.validate_many if self.pydantic else None
+            searching = Deadline.of_ms(budget_ms)
             found = search(
                 self.grammar,
                 self.doctor.tokens,
                 self.doctor.vocab(),
                 schema=self.schema,
                 seed=seed,
-                budget_ms=budget_ms,
+                deadline=searching,
                 validate_many=validate,
             )
-            probe = probing.result()
-            other = _within(spacing, budget_ms / 1000)
+            # The compile workers' answers: their own limits bound them (the probe's is
+            # budget_ms); the other compile is waited for whole, as it decides vLLM's row.
+            probe, other = probing.result(), spacing.result()
             llg, vllm_guidance = llg_row.result(), guidance.result()  # llguidance: fast
         finally:
             pool.shutdown(wait=False)
@@ -253,7 +276,7 @@ class Examination:
         unchecked = found.search.unchecked_formats if found.search else ()
         prover = Prover(self.grammar, self.doctor.tokens, self.schema, Judge(self.schema),
                         seed=seed)  # fmt: skip
-        proofs = prover.run(keywords, time.perf_counter() + budget_ms / 1000)
+        proofs = prover.run(keywords, Deadline.of_ms(budget_ms))
         findings = enforcement.findings(
             keywords,
             probe,
@@ -262,6 +285,7 @@ class Examination:
             strict_mode=self.spec.options.strict_mode,
             unchecked_formats=unchecked,
             proofs=proofs,
+            unprobed=_unprobed(probe, len(keywords)),
         )
         grouped = group(
             keywords,
@@ -273,15 +297,14 @@ class Examination:
         )
         figures = found.search
         if figures is not None and proofs.cut_short:
-            figures = dataclasses.replace(figures, cut_short=True)
+            by_load = figures.cut_short_by_load or proofs.by_load
+            figures = dataclasses.replace(figures, cut_short=True, cut_short_by_load=by_load)
         backends = () if self.leaf else self._backends(findings, found, other, llg, vllm_guidance)
         costs = _costs(self.grammar, other.result, found, max_tokens)
-        checked = (
-            Enforcement(len(probe.probes), len(keywords), probe.ms, probe.cut_short)
-            if probe
-            else Enforcement(0, len(keywords), 0.0, bool(keywords))
-        )
-        return DoctorReport(findings, found.witnesses, figures, checked, backends, costs, grouped)
+        return DoctorReport(
+            findings, found.witnesses, figures, _enforcement(probe, keywords), backends, costs,
+            grouped,
+        )  # fmt: skip
 
     def _other_whitespace(self) -> OtherCompile:
         return OtherCompile(None) if self.leaf else self.doctor.compile_other_whitespace(self.spec)
@@ -335,11 +358,25 @@ class Examination:
         )
 
 
-def _within(future: Future[OtherCompile], seconds: float) -> OtherCompile:
-    try:
-        return future.result(timeout=seconds)
-    except FuturesTimeout:
-        return OtherCompile(None)
+def _unprobed(probe: ProbeResult | None, total: int) -> str:
+    """Why the comparison has no answer for a keyword."""
+    if probe is None:
+        return "not compared: xgrammar refused the schema without one of its keywords"
+    if probe.cut_short:
+        return f"not compared: {LOAD_NOTE}"
+    if total > PROBED_KEYWORDS:
+        return f"not compared: the Doctor compares the first {PROBED_KEYWORDS} keywords"
+    return "not compared: the schema cannot be converted without this keyword alone"
+
+
+def _enforcement(probe: ProbeResult | None, keywords: list[Keyword]) -> Enforcement:
+    """How the comparison went: cut short by its count, or by load (its safety stop)."""
+    if probe is None:
+        return Enforcement(0, len(keywords), 0.0, bool(keywords))
+    counted = len(keywords) > PROBED_KEYWORDS
+    return Enforcement(
+        len(probe.probes), len(keywords), probe.ms, probe.cut_short or counted, probe.cut_short
+    )
 
 
 def _costs(

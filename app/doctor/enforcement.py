@@ -7,7 +7,8 @@
 - *weakened*: a witness, a document the grammar accepts, breaks the keyword;
 - *warned*: xgrammar printed a line about it (the line vanishes when the keyword is removed);
 - *enforced*: none of these;
-- *unchecked*: the time bound stopped the comparison before this keyword (and no witness).
+- *unchecked*: the comparison has no answer for this keyword (and no witness): past the count of
+  keywords compared, or cut short by load; or the proofs were cut short by load before it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from app.doctor.keywords import Keyword
 from app.doctor.proving import Proof, Proofs
 from app.doctor.records import Direction, KeywordFinding, Status, Witness
+from app.doctor.safety import LOAD_NOTE
 from app.engine.keyword_probe import ProbeResult
 
 __all__ = ["findings"]
@@ -94,6 +96,7 @@ def findings(
     strict_mode: bool,
     unchecked_formats: Sequence[str] = (),
     proofs: Proofs | None = None,
+    unprobed: str = "not compared: the time bound was reached first",
 ) -> tuple[KeywordFinding, ...]:
     """The status of every keyword.
 
@@ -106,6 +109,7 @@ def findings(
         unchecked_formats: formats jsonschema cannot check (no witness can prove them ignored).
         proofs: the documents built against each keyword (``enforced`` needs the grammar to
             refuse them; without proofs it means the grammar changes without the keyword).
+        unprobed: the detail of a keyword the comparison has no answer for (why not).
     """
     probes = {p.pointer: p for p in probe.probes} if probe else {}
     built = proofs.by_pointer if proofs else {}
@@ -136,7 +140,9 @@ def findings(
             status = Status.WEAKENED
             detail = f"a document the grammar accepts breaks it: {blamed[keyword.pointer]}"
         elif found is None:
-            status, detail = Status.UNCHECKED, "not compared: the time bound was reached first"
+            status, detail = Status.UNCHECKED, unprobed
+        elif proofs is not None and proofs.by_load and keyword.pointer not in built:
+            status, detail = Status.UNCHECKED, f"not proven: {LOAD_NOTE}"
         elif warned.get(keyword.pointer):
             status, detail = Status.WARNED, "; ".join(warned[keyword.pointer])
         else:

@@ -17,6 +17,7 @@ from app.doctor.judge import CANNOT_JUDGE
 from app.doctor.keywords import Keyword
 from app.doctor.proving import Over, Proofs, Span
 from app.doctor.records import Direction, Finding, KeywordFinding, Status, Witness
+from app.jsontext import loads
 
 __all__ = ["NOT_JSON", "group"]
 
@@ -87,7 +88,7 @@ class _Group:
 def _json_error(text: str) -> tuple[str, Span] | None:
     """The decoder's message and the offending character's span, for a text that is not JSON."""
     try:
-        json.loads(text)
+        loads(text, long_integers=True)
     except json.JSONDecodeError as exc:
         return exc.msg, (exc.pos, min(exc.pos + 1, len(text)) if text else exc.pos)
     return None

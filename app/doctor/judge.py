@@ -14,6 +14,7 @@ from typing import Any
 
 from app.doctor.keywords import error_pointer, subschemas
 from app.engine.jsonschema_safe import error_list, format_checker, schema_validator
+from app.jsontext import loads
 from app.paths import format_path
 
 __all__ = ["CANNOT_JUDGE", "Judge", "Judged", "WitnessError"]
@@ -106,7 +107,7 @@ class Judge:
     def text(self, text: str) -> Judged:
         """Parse and judge a document; text that is not JSON is an error at ``$``."""
         try:
-            value = json.loads(text)
+            value = loads(text, long_integers=True)
         except json.JSONDecodeError as exc:
             message = f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
             return Judged(None, (WitnessError("$", message),))

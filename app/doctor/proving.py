@@ -10,7 +10,10 @@ grammar may refuse are tried the same way: numbers equal in value written differ
 of every JSON type where no ``type`` is written, enum objects written with other spacing. And a
 raw control character inside each constrained string checks the grammar writes only JSON.
 
-Everything is counted, nothing timed: the same schema and seed build the same documents.
+Everything is counted, nothing timed: the same schema and seed build the same documents, and
+the same bounds (documents judged, tokens walked) stop them on any machine. The deadline
+(:mod:`app.doctor.safety`) is only a safety stop for a machine too busy to do that work in time;
+the proofs then say they were cut short by load.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,13 +32,14 @@ from app.doctor.instances import GiveUp, InstanceDrawer
 from app.doctor.judge import Judge, WitnessError
 from app.doctor.keywords import Keyword, resolve_ref
 from app.doctor.records import Direction, Refusal, Witness
+from app.doctor.safety import Deadline, Expired
 from app.doctor.serialize import as_grammar_writes, in_schema_order, separators_of
 from app.doctor.targeted import MISSING, TYPE_SAMPLES, breakers
 from app.engine.grammar import CompileResult
 from app.engine.tokens import Tokens
 from app.paths import pointer_from_parts, split_pointer
 
-__all__ = ["Proof", "Proofs", "Prover", "Span"]
+__all__ = ["WALKED_TOKENS", "Proof", "Proofs", "Prover", "Span"]
 
 Span = tuple[int, int]
 Path = list[str | int]
@@ -44,6 +47,8 @@ _BASES = 4
 _TRIES_PER_KEYWORD = 24
 #: Documents judged in all, at most (a fixed count: a big schema is examined in part, saying so).
 _JUDGED = 6000
+#: Tokens replayed through the grammar in all, at most (a fixed count too).
+WALKED_TOKENS = 200_000
 _SENTINEL = "\ue000maskscope\ue000"
 _STRING_KEYWORDS = ("maxLength", "minLength", "pattern", "format")
 _CONTROL = ("\u001a", "\n")
@@ -94,12 +99,14 @@ class Over:
 @dataclass(frozen=True)
 class Proofs:
     """Every keyword's proof, the over-restrictions, the subschemas without ``type`` (pointer,
-    types the schema accepts, types the grammar writes), and whether a bound was reached."""
+    types the schema accepts, types the grammar writes), whether a bound was reached, and
+    whether that bound was the safety stop (``by_load``) rather than a count."""
 
     by_pointer: dict[str, Proof]
     over: tuple[Over, ...] = ()
     typeless: tuple[tuple[str, frozenset[str], frozenset[str]], ...] = ()
     cut_short: bool = False
+    by_load: bool = False
 
 
 def locations(root: Any) -> dict[str, Path]:
@@ -214,7 +221,8 @@ class Prover:
         self.bases = self._bases(seed)
         self._drawer = InstanceDrawer(schema, random.Random(f"{seed}/targeted"), extras=False)
         self.judged = 0
-        self.deadline = float("inf")
+        self.walked = 0
+        self.deadline = Deadline(float("inf"))
 
     def _bases(self, seed: int) -> list[Any]:
         """Documents the schema accepts, to put values in (MISSING last: a value alone)."""
@@ -233,31 +241,41 @@ class Prover:
                 break
         return [*found, MISSING]
 
-    def run(self, keywords: list[Keyword], deadline: float) -> Proofs:
-        """Prove every keyword, then the over-restrictions; ``deadline`` (a
-        ``time.perf_counter`` value) is only a safety stop, which sets ``cut_short``."""
+    def run(self, keywords: list[Keyword], deadline: Deadline) -> Proofs:
+        """Prove every keyword, then the over-restrictions, within the counts (documents
+        judged, tokens walked); ``deadline`` is only a safety stop, which sets ``cut_short``
+        and ``by_load``."""
         self.deadline = deadline
         by_pointer: dict[str, Proof] = {}
-        for keyword in keywords:
-            if time.perf_counter() > deadline or self.judged >= _JUDGED:
-                return Proofs(by_pointer, cut_short=True)
-            proof = self.prove(keyword)
-            control = self.control_characters(keyword)
-            if control is not None:
-                proof = dataclasses.replace(proof, not_json=control[0], not_json_span=control[1])
-            by_pointer[keyword.pointer] = proof
-        if time.perf_counter() > deadline:
-            return Proofs(by_pointer, cut_short=True)
-        over = tuple(self.over_restrictions(keywords))
-        typeless = tuple(
-            (pointer, frozenset(accepts), frozenset(writes))
-            for pointer, accepts, writes in self.typeless_summary()
-        )
-        return Proofs(by_pointer, over, typeless, self._spent())
+        try:
+            for keyword in keywords:
+                if self._spent():
+                    return self._cut(by_pointer)
+                proof = self.prove(keyword)
+                control = self.control_characters(keyword)
+                if control is not None:
+                    proof = dataclasses.replace(
+                        proof, not_json=control[0], not_json_span=control[1]
+                    )
+                by_pointer[keyword.pointer] = proof
+            if deadline.expired():
+                return self._cut(by_pointer)
+            over = tuple(self.over_restrictions(keywords))
+            typeless = tuple(
+                (pointer, frozenset(accepts), frozenset(writes))
+                for pointer, accepts, writes in self.typeless_summary()
+            )
+        except Expired:
+            return self._cut(by_pointer)
+        return Proofs(by_pointer, over, typeless, self._spent(), deadline.reached)
+
+    def _cut(self, by_pointer: dict[str, Proof]) -> Proofs:
+        return Proofs(by_pointer, cut_short=True, by_load=self.deadline.reached)
 
     def _spent(self) -> bool:
-        """The safety stop: past the deadline, or the documents judged at their cap."""
-        return time.perf_counter() > self.deadline or self.judged >= _JUDGED
+        """A bound reached: the documents judged or the tokens walked at their cap (counts),
+        or the safety stop passed."""
+        return self.judged >= _JUDGED or self.walked >= WALKED_TOKENS or self.deadline.expired()
 
     def draw(self, node: Any) -> Any:
         """A value drawn for a subschema (None when none could be)."""
@@ -285,10 +303,16 @@ class Prover:
         """``text`` tokenized as the model would and fed token by token, as replay does:
         whether the grammar accepts it whole (and may end there), and the code points taken
         before the first refused token. (Replay's own verdict also samples what the grammar
-        expects at a refusal, a hundred times dearer: not needed here.)"""
+        expects at a refusal, a hundred times dearer: not needed here.)
+
+        Raises:
+            Expired: the safety stop passed during the walk.
+        """
         matcher = xgr.GrammarMatcher(self.grammar.compiled)
         consumed = b""
         for token in self.tokens.encode(text):
+            self.walked += 1
+            self.deadline.check()
             if not matcher.accept_token(token):
                 return False, len(consumed.decode("utf-8", errors="ignore"))
             consumed += self.tokens.output_bytes(token)
@@ -315,7 +339,8 @@ class Prover:
             container = built.container
             note = built.reason
             for value in built.values:
-                if tries >= _TRIES_PER_KEYWORD or self.judged >= _JUDGED:
+                self.deadline.check()  # a proof cut by load is no proof: none is kept
+                if tries >= _TRIES_PER_KEYWORD or self._spent():
                     break
                 tries += 1
                 try:

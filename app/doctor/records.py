@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from app.doctor.judge import WitnessError
+from app.jsontext import loads
 
 __all__ = [
     "BackendRow",
@@ -141,7 +142,7 @@ class Witness:
             at = self.refusal.offset
             return marked(self.text, (at, min(at + 1, len(self.text))))
         try:
-            json.loads(self.text)
+            loads(self.text, long_integers=True)
         except json.JSONDecodeError as exc:
             return marked(self.text, (exc.pos, min(exc.pos + 1, len(self.text))))
         return marked(self.text, None)
@@ -207,6 +208,9 @@ class Search:
     unchecked_formats: tuple[str, ...] = ()
     #: Keywords whose documents would pass the size caps, so were not built (in words).
     too_large: tuple[str, ...] = ()
+    #: ``cut_short`` by the wall-clock safety stop (a busy machine), not by a count: the same
+    #: request on a machine with time to spare finds more.
+    cut_short_by_load: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, with ``documents`` the total of both directions."""
@@ -219,12 +223,14 @@ class Search:
 
 @dataclass(frozen=True)
 class Enforcement:
-    """How the keyword comparison went: keywords compared of all, time, cut short or not."""
+    """How the keyword comparison went: keywords compared of all, time, cut short or not (and
+    whether by the wall-clock safety stop, a busy machine, rather than by a count)."""
 
     checked: int
     total: int
     ms: float
     cut_short: bool
+    cut_short_by_load: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

@@ -6,14 +6,17 @@ Look-arounds are not drawn (``Unsupported``): the caller draws another way or gi
 
 from __future__ import annotations
 
+import importlib
 import random
 import re
 import string
-from re import _constants as c
-from re import _parser as sre
 from typing import Any
 
 __all__ = ["Unsupported", "sample_regex"]
+
+# Python's own regex parser: private modules, which typeshed stopped listing (read as Any).
+c: Any = importlib.import_module("re._constants")
+sre: Any = importlib.import_module("re._parser")
 
 _ALPHABET = string.ascii_letters + string.digits + " _-.,:/@#"
 _CATEGORIES = {

@@ -10,8 +10,10 @@ tool, then:
   the witnesses replayed through a grammar that is exactly that leaf (compiled as a structural
   tag of that one format, so its style, ``any_order`` and whitespace are the tag's).
 
-Pointers and lines are into the tools source (``/tools/N/function/parameters/...``). The budget
-is shared: the whole tag's search for the costs and each leaf get an equal part of it.
+Pointers and lines are into the tools source (``/tools/N/function/parameters/...``). Each leaf
+and the whole tag's search (for the costs) is a part of the examination, bounded by its counts,
+with ``budget_ms`` its own safety stop (:mod:`app.doctor.safety`): more tools is more work, never
+a smaller share of a time budget.
 """
 
 from __future__ import annotations
@@ -39,17 +41,17 @@ from app.doctor.records import (
     Verdict,
     Witness,
 )
+from app.doctor.safety import LOAD_NOTE, Deadline
 from app.doctor.source_lines import json_lines
 from app.doctor.witnesses import search
 from app.engine.grammar import CompileOptions, CompileResult, GrammarKind, GrammarSpec
 from app.engine.structural_tag import parse_tag
 from app.engine.tools.base import ToolsBuild
+from app.exceptions import CutShortByLoad
 from app.paths import pointer_from_parts
 
 __all__ = ["ToolLeaf", "examine_tag", "examine_tools", "tool_leaves"]
 
-#: The least a leaf's examination is given, however many tools share the budget.
-_MIN_LEAF_MS = 50
 NO_TAG = "no tag"
 
 
@@ -200,13 +202,15 @@ class _Gathered:
     checked: list[Enforcement] = dataclasses.field(default_factory=list)
     free: list[Message] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
+    #: The whole tag's search (for the costs) was cut short by load.
+    costs_by_load: bool = False
 
     def report(self, seed: int, backends: tuple[BackendRow, ...], costs: Costs) -> DoctorReport:
         """What was gathered over every leaf, as one report."""
         return DoctorReport(
             tuple(self.keywords),
             tuple(self.witnesses),
-            _search(self.searches, seed),
+            _search(self.searches, seed, by_load=self.costs_by_load),
             _enforcement(self.checked),
             backends,
             costs,
@@ -223,8 +227,12 @@ def examine_tools(
         doctor: the doctor (its compiles go through the engine: in a Doctor process, the server).
         grammar: the tools source compiled (its ``tools`` is the build).
         seed: the witness search's seed.
-        budget_ms: the time all the searches together may take (shared equally).
+        budget_ms: the safety stop of each part (each leaf, the whole tag's search).
         max_tokens: a generation limit to compare with the shortest document of the whole tag.
+
+    Raises:
+        CutShortByLoad: the whole tag's walks were cut short and no leaf has a search record
+            to say so in.
     """
     build = grammar.tools
     source = json.loads(grammar.spec.source)
@@ -233,10 +241,6 @@ def examine_tools(
     tag = build.tag if build else None
     line_of = json_lines(grammar.spec.source)
     leaves = tool_leaves(tag, tools)
-    constrained = [
-        t for t in leaves if t.leaf is not None and t.leaf.get("json_schema") is not True
-    ]
-    share = max(_MIN_LEAF_MS, budget_ms // (len(constrained) + 1))
     out = _Gathered()
     for tool in leaves:
         schema = tools[tool.index].get("function", {}).get("parameters")
@@ -254,8 +258,8 @@ def examine_tools(
             out.keywords += _ignored_rows(schema, prefix, line_of, detail)
             out.free.append(Message(f"arguments of {tool.name}: any JSON ({why})", prefix))
         else:
-            _examine_leaf(doctor, tool, prefix, line_of, seed, share, out)
-    costs = _whole_tag_costs(doctor, grammar, seed, share, max_tokens)
+            _examine_leaf(doctor, tool, prefix, line_of, seed, budget_ms, out)
+    costs = _whole_tag_costs(doctor, grammar, seed, budget_ms, max_tokens, out)
     backends = _backends(out, grammar.warnings, build, builder)
     return out.report(seed, backends, costs)
 
@@ -270,7 +274,7 @@ def examine_tag(
         doctor: the doctor.
         grammar: the tag compiled.
         seed: the witness search's seed.
-        budget_ms: the time all the searches together may take (shared equally).
+        budget_ms: the safety stop of each part (each leaf, the whole tag's search).
         max_tokens: a generation limit to compare with the shortest document of the whole tag.
     """
     tag = json.loads(grammar.spec.source)
@@ -278,25 +282,33 @@ def examine_tag(
     leaves = [
         (leaf, parts) for leaf, _, parts in walked if isinstance(leaf.get("json_schema"), dict)
     ]
-    share = max(_MIN_LEAF_MS, budget_ms // (len(leaves) + 1))
     line_of = json_lines(grammar.spec.source)
     out = _Gathered()
     for leaf, parts in leaves:
         prefix = pointer_from_parts([*parts, "json_schema"])
         named = ToolLeaf(-1, f"the leaf at {pointer_from_parts(parts)}", leaf)
-        _examine_leaf(doctor, named, prefix, line_of, seed, share, out)
-    costs = _whole_tag_costs(doctor, grammar, seed, share, max_tokens)
+        _examine_leaf(doctor, named, prefix, line_of, seed, budget_ms, out)
+    costs = _whole_tag_costs(doctor, grammar, seed, budget_ms, max_tokens, out)
     build = ToolsBuild(tag, None, None, {})
     backends = _backends(out, grammar.warnings, build, "structural_tag")
     return out.report(seed, backends, costs)
 
 
 def _whole_tag_costs(
-    doctor: Doctor, grammar: CompileResult, seed: int, budget_ms: int, max_tokens: int | None
+    doctor: Doctor,
+    grammar: CompileResult,
+    seed: int,
+    budget_ms: int,
+    max_tokens: int | None,
+    out: _Gathered,
 ) -> Costs:
+    deadline = Deadline.of_ms(budget_ms)
     found = search(
-        grammar, doctor.tokens, doctor.vocab(), schema=None, seed=seed, budget_ms=budget_ms
+        grammar, doctor.tokens, doctor.vocab(), schema=None, seed=seed, deadline=deadline
     )
+    if deadline.reached and not out.searches:  # no search record to say so in
+        raise CutShortByLoad(f"the Doctor's walks of the whole tag (its costs) were {LOAD_NOTE}")
+    out.costs_by_load = deadline.reached
     shortest = found.shortest
     return Costs(
         compile_ms=grammar.compile_ms,
@@ -359,17 +371,19 @@ def _examine_leaf(
         )
 
 
-def _search(searches: Sequence[Search], seed: int) -> Search | None:
+def _search(searches: Sequence[Search], seed: int, *, by_load: bool) -> Search | None:
     if not searches:
         return None
+    by_load = by_load or any(s.cut_short_by_load for s in searches)
     return Search(
         seed=seed,
         grammar_documents=sum(s.grammar_documents for s in searches),
         schema_documents=sum(s.schema_documents for s in searches),
         ms=sum(s.ms for s in searches),
-        cut_short=any(s.cut_short for s in searches),
+        cut_short=by_load or any(s.cut_short for s in searches),
         unchecked_formats=tuple(dict.fromkeys(f for s in searches for f in s.unchecked_formats)),
         too_large=tuple(dict.fromkeys(t for s in searches for t in s.too_large)),
+        cut_short_by_load=by_load,
     )
 
 
@@ -381,6 +395,7 @@ def _enforcement(checked: Sequence[Enforcement]) -> Enforcement | None:
         total=sum(e.total for e in checked),
         ms=sum(e.ms for e in checked),
         cut_short=any(e.cut_short for e in checked),
+        cut_short_by_load=any(e.cut_short_by_load for e in checked),
     )
 
 

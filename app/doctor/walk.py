@@ -17,12 +17,15 @@ open nothing. The styles:
 What the grammar forces (keys, separators) is taken at once (jump-forward); it counts as many
 tokens as the tokenizer makes of it.
 
-A walk is a pure function of its random generator, so a seed gives the same documents.
+A walk is a pure function of its random generator, so a seed gives the same documents. It is
+bounded by its token count (``limit``); the safety stop (``expired``, checked before each token)
+only abandons it when the machine is too busy (:mod:`app.doctor.safety`).
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -110,6 +113,7 @@ class Walker:
         vocab: the tokenizer's vocabulary sorted by kind.
         json_output: the grammar writes JSON (structure-aware steering and whitespace probes).
         literals: JSON texts of values the schema names, for the ``literal`` style.
+        expired: the safety stop, asked before each token (None: none).
     """
 
     def __init__(
@@ -120,8 +124,10 @@ class Walker:
         *,
         json_output: bool,
         literals: tuple[str, ...] = (),
+        expired: Callable[[], bool] | None = None,
     ):
         self._compiled = compiled
+        self._expired = expired
         self._tokens = tokens
         self._vocab = vocab
         self._json = json_output
@@ -132,11 +138,14 @@ class Walker:
         self.unbounded_whitespace = False
 
     def walk(self, rng: random.Random, style: str, *, explore: int, limit: int) -> Walked | None:
-        """One document, or None when the walk did not end within ``limit`` tokens."""
+        """One document, or None when the walk did not end within ``limit`` tokens (or the
+        safety stop passed)."""
         matcher = xgr.GrammarMatcher(self._compiled)
         scan = _Scan()
         count = 0
         while count < limit:
+            if self._expired is not None and self._expired():
+                return None
             self._probe_whitespace(matcher, scan)
             if style == "echo" and scan.after_first_item() and rng.random() < _ECHO:
                 count += self._take(rng, matcher, scan, self._vocab.commas)

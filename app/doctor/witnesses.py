@@ -6,8 +6,10 @@ documents drawn from the schema are written as the grammar writes JSON and walke
 refused one proves the grammar stricter. Properties the schema does not declare, refused because
 of ``strict_mode``, are that option's effect, reported once and not as witnesses.
 
-The search is bounded by documents and by time; document ``i`` depends only on (seed, i), so a
-search that is not cut short gives the same witnesses for the same seed.
+The search is bounded by counts (documents each way, tokens per walk, characters of drawn
+documents walked), and document ``i`` depends only on (seed, i): the same seed gives the same
+witnesses on any machine. Its deadline (:mod:`app.doctor.safety`) is only a safety stop: when the
+machine is too busy to finish in time, the search answers with what it has and says so.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from app.doctor.instances import (
 from app.doctor.judge import Judge, WitnessError
 from app.doctor.keywords import subschemas
 from app.doctor.records import Direction, Refusal, Search, Witness
+from app.doctor.safety import Deadline, Expired
 from app.doctor.serialize import as_grammar_writes
 from app.doctor.vocab import Vocab, every_allowed_id
 from app.doctor.walk import STYLES, Walked, Walker
@@ -40,14 +43,26 @@ from app.engine.grammar import CompileResult
 from app.engine.records import Validation
 from app.engine.tokens import Tokens
 
-__all__ = ["GRAMMAR_DOCUMENTS", "SCHEMA_DOCUMENTS", "Found", "ValidateMany", "search"]
+__all__ = [
+    "DRAWN_CHARS",
+    "GRAMMAR_DOCUMENTS",
+    "SCHEMA_DOCUMENTS",
+    "Found",
+    "ValidateMany",
+    "search",
+]
 
 GRAMMAR_DOCUMENTS = 96
 SCHEMA_DOCUMENTS = 48
 _NON_JSON_DOCUMENTS = 24
 _WITNESSES_PER_DIRECTION = 8
-_GRAMMAR_SHARE = 0.65
 _WALK_LIMIT = 512
+#: Characters of drawn documents walked through the grammar, at most, in one search (a count:
+#: documents past it are not walked, and the search says it was cut short).
+DRAWN_CHARS = 1_000_000
+#: Characters walked one by one to find where a refused document is refused, between two looks
+#: at the deadline.
+_CHECK_EVERY = 256
 _EXPLORE = (2, 4, 8, 16, 32)
 _EXPECTED_SAMPLE = 8
 _EXPECTED_POOL = 256
@@ -77,11 +92,12 @@ class Found:
     unbounded_whitespace: bool
 
 
-def _walks(walker: Walker, seed: int, count: int, deadline: float) -> tuple[list[Walked], bool]:
-    """Up to ``count`` documents (the first one minimal); True when time ran out first."""
+def _walks(walker: Walker, seed: int, count: int, deadline: Deadline) -> tuple[list[Walked], bool]:
+    """Up to ``count`` documents (the first one minimal); True when the safety stop passed
+    first."""
     found: list[Walked] = []
     for index in range(count):
-        if time.perf_counter() > deadline:
+        if deadline.expired():
             return found, True
         rng = random.Random(f"{seed}/grammar/{index}")
         style = STYLES[0] if index == 0 else rng.choice(STYLES[1:])
@@ -91,14 +107,22 @@ def _walks(walker: Walker, seed: int, count: int, deadline: float) -> tuple[list
     return found, False
 
 
-def _refusal(compiled: Any, tokens: Tokens, vocab: Vocab, text: str) -> Refusal | None:
-    """None when the grammar accepts ``text`` whole, else where and what it expected."""
+def _refusal(
+    compiled: Any, tokens: Tokens, vocab: Vocab, text: str, deadline: Deadline
+) -> Refusal | None:
+    """None when the grammar accepts ``text`` whole, else where and what it expected.
+
+    Raises:
+        Expired: the safety stop passed while looking for where it is refused.
+    """
     matcher = xgr.GrammarMatcher(compiled)
     if matcher.accept_string(text) and matcher.is_completed():
         return None
     matcher = xgr.GrammarMatcher(compiled)
     offset = len(text)
     for index, char in enumerate(text):
+        if index % _CHECK_EVERY == 0:
+            deadline.check()
         if not matcher.accept_string(char):
             offset = index
             break
@@ -141,7 +165,7 @@ class _Search:
         schema: Any,
         *,
         seed: int,
-        budget_ms: int,
+        deadline: Deadline,
         validate_many: ValidateMany | None,
     ):
         self.grammar = grammar
@@ -151,23 +175,24 @@ class _Search:
         self.judge = Judge(schema)
         self.seed = seed
         self.start = time.perf_counter()
-        self.deadline = self.start + budget_ms / 1000
+        self.deadline = deadline
         self.validate_many = validate_many
         self.too_large: dict[str, None] = {}
         self.walker = Walker(
-            grammar.compiled, tokens, vocab, json_output=True, literals=literals(schema)
-        )
+            grammar.compiled, tokens, vocab, json_output=True, literals=literals(schema),
+            expired=deadline.expired,
+        )  # fmt: skip
 
     def run(self) -> Found:
-        share = self.start + (self.deadline - self.start) * _GRAMMAR_SHARE
-        walked, cut = _walks(self.walker, self.seed, GRAMMAR_DOCUMENTS, share)
+        walked, cut = _walks(self.walker, self.seed, GRAMMAR_DOCUMENTS, self.deadline)
         texts = list(dict.fromkeys(w.text for w in walked))
         # The Pydantic model judges the walked documents in its sandbox process while this
         # thread draws from the schema (drawn documents are judged by the derived schema).
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="doctor-model") as pool:
             judging = pool.submit(self._model_verdicts, texts)
             refused, strict_example, drawn, cut_drawing = self._drawn()
-            verdicts = judging.result()
+            with self.deadline.paused():  # the sandbox's time (its own limits bound it)
+                verdicts = judging.result()
         accepts = [self._grammar_witness(t, verdicts.get(t)) for t in texts]
         refusals = [
             Witness(Direction.SCHEMA_ACCEPTS, text, (), refusal) for text, refusal in refused
@@ -180,6 +205,7 @@ class _Search:
             cut_short=cut or cut_drawing,
             unchecked_formats=tuple(self.judge.unchecked_formats()),
             too_large=tuple(self.too_large),
+            cut_short_by_load=self.deadline.reached,
         )
         witnesses = _pick([w for w in accepts if w is not None]) + _pick(refusals)
         shortest = min(walked, key=lambda w: (w.tokens, len(w.text)), default=None)
@@ -203,33 +229,43 @@ class _Search:
 
     def _drawn(self) -> tuple[list[tuple[str, Refusal]], str | None, int, bool]:
         """Schema-valid documents the grammar refuses, the strict_mode example, how many were
-        drawn valid, and whether time ran out first."""
+        drawn valid, and whether a bound (:data:`DRAWN_CHARS`, or the safety stop) came
+        first."""
         refused: list[tuple[str, Refusal]] = []
         strict_example = None
-        drawn = 0
+        drawn = walked = 0
         strict = self.grammar.spec.options.strict_mode
-        for index in range(SCHEMA_DOCUMENTS):
-            if time.perf_counter() > self.deadline:
-                return refused, strict_example, drawn, True
-            value = self._draw(index)
-            if value is None:
-                continue
-            drawn += 1
-            text = as_grammar_writes(value, self.grammar.spec.options)
-            refusal = _refusal(self.grammar.compiled, self.tokens, self.vocab, text)
-            if refusal is None:
-                continue
-            if strict and _has_undeclared(value):
-                bare = without_undeclared(value)
-                written, text = text, as_grammar_writes(bare, self.grammar.spec.options)
-                refusal = _refusal(self.grammar.compiled, self.tokens, self.vocab, text)
-                if refusal is None:  # refused for its undeclared properties only
-                    strict_example = strict_example or written
+        try:
+            for index in range(SCHEMA_DOCUMENTS):
+                if self.deadline.expired():
+                    return refused, strict_example, drawn, True
+                value = self._draw(index)
+                if value is None:
                     continue
-                if self.judge.value(bare):  # without them, the schema rejects it
+                text = as_grammar_writes(value, self.grammar.spec.options)
+                walked += len(text)
+                if walked > DRAWN_CHARS:
+                    return refused, strict_example, drawn, True
+                drawn += 1
+                refusal = self._refusal(text)
+                if refusal is None:
                     continue
-            refused.append((text, refusal))
+                if strict and _has_undeclared(value):
+                    bare = without_undeclared(value)
+                    written, text = text, as_grammar_writes(bare, self.grammar.spec.options)
+                    refusal = self._refusal(text)
+                    if refusal is None:  # refused for its undeclared properties only
+                        strict_example = strict_example or written
+                        continue
+                    if self.judge.value(bare):  # without them, the schema rejects it
+                        continue
+                refused.append((text, refusal))
+        except Expired:
+            return refused, strict_example, drawn, True
         return refused, strict_example, drawn, False
+
+    def _refusal(self, text: str) -> Refusal | None:
+        return _refusal(self.grammar.compiled, self.tokens, self.vocab, text, self.deadline)
 
     def _draw(self, index: int) -> Any:
         try:
@@ -275,7 +311,7 @@ def search(
     *,
     schema: Any | None,
     seed: int,
-    budget_ms: int,
+    deadline: Deadline,
     validate_many: ValidateMany | None = None,
 ) -> Found:
     """Search for witnesses (JSON Schema sources), the shortest document and whitespace runs.
@@ -286,7 +322,7 @@ def search(
         vocab: that tokenizer's vocabulary sorted by kind.
         schema: the parsed JSON Schema; None for EBNF and regex (no witnesses then).
         seed: the search's seed.
-        budget_ms: the time the search may take.
+        deadline: the search's safety stop (its work is bounded by counts).
         validate_many: for Pydantic sources, the model's own validation of a batch of texts.
     """
     if schema is not None:
@@ -296,10 +332,10 @@ def search(
             vocab,
             schema,
             seed=seed,
-            budget_ms=budget_ms,
+            deadline=deadline,
             validate_many=validate_many,
         ).run()
-    walker = Walker(grammar.compiled, tokens, vocab, json_output=False)
-    walked, _ = _walks(walker, seed, _NON_JSON_DOCUMENTS, time.perf_counter() + budget_ms / 1000)
+    walker = Walker(grammar.compiled, tokens, vocab, json_output=False, expired=deadline.expired)
+    walked, _ = _walks(walker, seed, _NON_JSON_DOCUMENTS, deadline)
     shortest = min(walked, key=lambda w: (w.tokens, len(w.text)), default=None)
     return Found((), None, None, shortest, walker.unbounded_whitespace)

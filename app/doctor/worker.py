@@ -8,9 +8,17 @@ compiles and the keyword probe it needs go through the server's engine (its comp
 cache), and a Pydantic model's validation through the server's sandbox, each asked for over the
 pipe, so the report is the one :meth:`Doctor.examine` gives in-process.
 
+Every compile goes to the server, a ``tools`` source's too: the server built its tag (vLLM's
+builder runs in the server's runner, cold-started there before the examination), so a worker
+never starts a builder or loads a tokenizer of its own while it examines. Start-up (libraries,
+the tokenizer, its sorted vocabulary, llguidance's tokenizer) is done before the process says it
+is ready, and never counted against an examination.
+
 The server side (:class:`DoctorWorkers`) kills a process when its request ends (``stop``), when
-the hard time limit passes (the budget plus a margin), and at once on :meth:`DoctorWorkers.close`
-(the app's shutdown); a killed process is replaced in the background.
+its safety stop passes (``doctor_time_limit_s`` of the worker's own time: the time the server
+spends answering its calls is not counted; a 503 ``cut_short_by_load``: the work is bounded by
+counts, so only load can take it there), and at once on :meth:`DoctorWorkers.close` (the app's
+shutdown); a killed process is replaced in the background.
 """
 
 from __future__ import annotations
@@ -34,31 +42,31 @@ from typing import Any, cast
 
 from app.doctor.doctor import RUNNING_AT_ONCE, Doctor, PydanticSource
 from app.doctor.records import DoctorReport
+from app.doctor.safety import Deadline
 from app.engine.compile_worker import cap_memory
 from app.engine.engine import AnyEngine, Engine
 from app.engine.grammar import CompileResult, GrammarSpec
 from app.engine.keyword_probe import ProbeResult
 from app.engine.records import Validation
 from app.engine.tokens import Tokens
-from app.exceptions import GrammarTooComplex, MaskscopeError, NotReady, RequestEnded
+from app.exceptions import (
+    CutShortByLoad,
+    GrammarTooComplex,
+    MaskscopeError,
+    NotReady,
+    RequestEnded,
+)
 from app.settings import Settings
 
-__all__ = ["DoctorProcesses", "DoctorWorkers", "Stop", "hard_limit_s", "serve"]
+__all__ = ["DoctorProcesses", "DoctorWorkers", "Stop", "serve"]
 
 log = logging.getLogger(__name__)
 
-#: The examination may run this much longer than its budget (compiles, the report, a slow
-#: sandbox batch) before its process is killed.
-MARGIN_S = 5.0
-_BUDGET_FACTOR = 1.5
 _STARTUP_TIMEOUT_S = 300.0
 _POLL_S = 0.05
 _SHUTTING_DOWN = "the server is shutting down: the Doctor's examination was stopped"
-
-
-def hard_limit_s(budget_ms: int) -> float:
-    """Seconds an examination with ``budget_ms`` may run before its process is killed."""
-    return budget_ms / 1000 * _BUDGET_FACTOR + MARGIN_S
+#: What the warm-up encodes: JSON's punctuation, digits, escapes and non-ASCII text.
+_WARM_TEXT = '{"a": [1, -2.5e3, true, null], "b": "x\\n\u00e9"}'
 
 
 class Stop:
@@ -177,6 +185,15 @@ class _ServerCompiler:
         return cast(ProbeResult, self._link.call("probe", spec, pointers, budget_s))
 
 
+class _ServerEngine(Engine[Any]):
+    """The worker's engine: every compile is the server's, a ``tools`` source's build included
+    (never a builder started here, mid-examination, with its own tokenizer to load)."""
+
+    def compile(self, spec: GrammarSpec) -> CompileResult:
+        """``spec`` compiled by the server's engine (its cache holds the request already)."""
+        return self.compiler.compile(spec)
+
+
 def _examine(
     doctor: Doctor, link: _Link, request: dict[str, Any], memory_mb: int
 ) -> tuple[Any, ...]:
@@ -226,18 +243,25 @@ def serve(conn: Connection, setup: dict[str, Any], settings: Settings) -> None:
     )
     link = _Link(conn)
     model, compiler = cast(Any, _TokensOnly(tokens)), cast(Any, _ServerCompiler(link, info))
-    engine = Engine(model, compiler, settings, owns_compiler=False)
+    engine = _ServerEngine(model, compiler, settings, owns_compiler=False)
     doctor = Doctor(engine)
-    doctor.vocab()
-    # Built on first use otherwise: in the first examination, beside its witness search, whose
-    # ~30 ms it took to 0.3-0.45 s (it holds the GIL) and, under load, past its time budget.
-    engine.llguidance.tokenizer()
+    _warm_up(doctor, engine)
     cap_memory(settings.doctor_memory_mb)
     link.send(("ready",))
     while True:
         message = link.inbox.get()
         if message[0] == "examine":
             link.send(_examine(doctor, link, message[1], settings.doctor_memory_mb))
+
+
+def _warm_up(doctor: Doctor, engine: Engine[Any]) -> None:
+    """What the first examination would otherwise load, while nothing is counted: the sorted
+    vocabulary, llguidance's tokenizer (built beside the first witness search, it held the GIL
+    and took that search from ~30 ms to 0.3-0.45 s) and the tokenizer's first encode."""
+    doctor.vocab()
+    engine.llguidance.tokenizer()
+    for token in doctor.tokens.encode(_WARM_TEXT):
+        doctor.tokens.output_bytes(token)
 
 
 # --- the server side ----------------------------------------------------------------------
@@ -293,8 +317,8 @@ class DoctorWorkers:
         engine: the engine whose compiles (and tokenizer) the examinations use.
         settings: ``doctor_memory_mb`` and the limits the worker's engine knows.
         size: processes kept; examinations beyond it wait for the pool's threads anyway.
-        hard_limit: seconds an examination with a given ``budget_ms`` may run before its
-            process is killed.
+        hard_limit: seconds of its own work an examination with a given ``budget_ms`` may take
+            before its process is killed (default: ``settings.doctor_time_limit_s``).
     """
 
     def __init__(
@@ -303,10 +327,10 @@ class DoctorWorkers:
         settings: Settings,
         *,
         size: int = RUNNING_AT_ONCE,
-        hard_limit: Callable[[int], float] = hard_limit_s,
+        hard_limit: Callable[[int], float] | None = None,
     ):
         self._engine = engine
-        self._hard_limit = hard_limit
+        self._hard_limit = hard_limit or (lambda _budget_ms: settings.doctor_time_limit_s)
         self._settings = settings
         self._size = size
         self._setup: dict[str, Any] | None = None
@@ -335,14 +359,18 @@ class DoctorWorkers:
         """:meth:`Doctor.examine` in a worker process, on this thread's time.
 
         The request is compiled here first (through the engine's cache: a schema that does not
-        compile is the same 422 as in-process), then examined within :func:`hard_limit_s`.
+        compile is the same 422 as in-process; a tools builder's cold start is paid here), then
+        examined within the safety stop, which counts the worker's own time only.
 
         Raises:
             GrammarError: the request does not compile.
-            GrammarTooComplex: the examination ran past its hard time limit or its memory
-                limit, or met a bug (logged).
+            GrammarTooComplex: the examination ran past its memory limit, or met a bug
+                (logged).
+            CutShortByLoad: it ran past its safety stop (``doctor_time_limit_s``), or its
+                process did not start in time; the process is killed.
             RequestEnded: ``stop`` was set (the client left); the process is killed.
-            NotReady: the workers are shut down (the server is stopping).
+            NotReady: the workers are shut down (the server is stopping), or a process could
+                not start.
         """
         self._engine.compile(spec)
         worker = self._take(stop)
@@ -367,19 +395,21 @@ class DoctorWorkers:
     def _serve(
         self, worker: _Process, pydantic: PydanticSource | None, budget_ms: int, stop: Stop | None
     ) -> tuple[Any, ...]:
-        """Answer the worker's calls until it answers; kill it on a stop or past the limit."""
+        """Answer the worker's calls until it answers; kill it on a stop or past the limit
+        (the worker's own time: the clock stops while the server answers one of its calls)."""
         limit = self._hard_limit(budget_ms)
-        deadline = time.monotonic() + limit
+        own = Deadline(limit)
         while True:
             if self._closed:
                 raise NotReady(_SHUTTING_DOWN)
             if stop is not None and stop.is_set():
                 raise RequestEnded("the client left: the Doctor's examination was stopped")
-            if time.monotonic() > deadline:
-                raise GrammarTooComplex(
-                    f"too complex for the Doctor: examining this schema ran past its hard limit "
-                    f"of {limit:g} s (budget_ms {budget_ms} plus a margin) and was stopped; "
-                    "nothing can be said of its keywords"
+            if own.expired():
+                raise CutShortByLoad(
+                    f"cut short by load: the Doctor's examination ran past its wall-clock "
+                    f"safety stop of {limit:g} s of its own work (MASKSCOPE_DOCTOR_TIME_LIMIT_S; "
+                    "its start-up and the compiles the server made for it not counted) and was "
+                    "stopped. Its work is a fixed count, so the machine is too busy: try again"
                 )
             if not worker.conn.poll(_POLL_S):
                 if not worker.process.is_alive() and not worker.conn.poll():
@@ -388,8 +418,12 @@ class DoctorWorkers:
             message = worker.conn.recv()
             if message[0] != "call":
                 return cast(tuple[Any, ...], message)
-            call = functools.partial(self._answer, worker, pydantic, *message[1:])
+            call = functools.partial(self._answer_paused, own, worker, pydantic, *message[1:])
             self._calls.submit(call)
+
+    def _answer_paused(self, own: Deadline, worker: _Process, *args: Any) -> None:
+        with own.paused():  # the server's work: its own limits bound it, its queue is load
+            self._answer(worker, *args)
 
     def _answer(
         self,
@@ -499,19 +533,21 @@ class DoctorWorkers:
             if stop is not None and stop.is_set():
                 raise RequestEnded("the client left while the Doctor's process was starting")
             if not worker.process.is_alive() and not worker.conn.poll():
-                raise GrammarTooComplex(
+                raise NotReady(
                     f"the Doctor's process did not start (exit code {worker.process.exitcode})"
                 )
             if time.monotonic() > deadline:
-                raise GrammarTooComplex("the Doctor's process did not start in time")
+                raise CutShortByLoad(
+                    f"cut short by load: the Doctor's process did not start within "
+                    f"{_STARTUP_TIMEOUT_S:g} s (no schema was examined yet): try again"
+                )
         try:
             worker.conn.recv()
         except (EOFError, OSError):  # killed while starting (by close()), or it crashed
             if self._closed:
                 raise NotReady(_SHUTTING_DOWN) from None
             code = worker.process.exitcode
-            message = f"the Doctor's process did not start (exit code {code})"
-            raise GrammarTooComplex(message) from None
+            raise NotReady(f"the Doctor's process did not start (exit code {code})") from None
         worker.ready = True
 
     def _release(self, worker: _Process, *, keep: bool) -> None:

@@ -3,7 +3,9 @@
 xgrammar prints warnings ("multipleOf is not supported for type:number; ignoring multipleOf") to
 the C-level stderr, not as Python warnings. A worker serves one compile at a time and redirects
 its own file descriptor 2 around it, so each compile gets exactly its own lines; a worker can also
-be killed when a compile runs past its time limit, and its address space is capped.
+be killed when a compile runs past its time limit, and its address space is capped. Every
+exception a request raises is that request's answer (:func:`failed`): a worker never dies of
+its input, and running out of memory (``std::bad_alloc`` included) retires it after answering.
 
 A compile's answer carries what the compile answer shows (the grammar's text, rule names,
 warnings, figures) and no compiled grammar: serialising it costs about 3x the compile, and
@@ -25,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
@@ -33,12 +36,14 @@ from typing import Any
 from app.engine.jsonpointer import line_column, locate
 from app.engine.keyword_probe import without_keyword
 from app.exceptions import GrammarError, GrammarTooComplex
+from app.jsontext import IntegerTooLong, json_type, loads
 from app.paths import pointer_from_parts
 
 __all__ = [
     "Held",
     "clean_message",
     "compile_request",
+    "failed",
     "fetch_request",
     "located_error",
     "parse_schema",
@@ -55,10 +60,21 @@ _REGEX_POSITION = re.compile(r"Regex parsing error at position (\d+)")
 _MAX_LOCATE_TRIES = 400
 # "Check failed: (std::holds_alternative<Grammar>(result)) is false: Invalid structural tag ..."
 _CHECK_FAILED = re.compile(r"^Check failed: \(.*?\) is false: ")
+# "... syntax error at line 1 near: ... The JSON string is:{<the whole source>}"
+_ECHOED = re.compile(r"\. The JSON string is:.*\Z", re.DOTALL)
+_NEAR_CHARS = 60
 _M_ARENA_MAX = -8
 # What xgrammar (or Python) says when the address-space cap refuses it memory or a thread stack.
 _EXHAUSTED = re.compile(r"bad_alloc|Resource temporarily unavailable|can't start new thread")
 _ARENAS = 2
+# What a worker was doing, by its request's op, for an error's message.
+_DOING = {
+    "compile": "compiling",
+    "fetch": "serialising the compiled grammar (for its token masks)",
+    "probe": "probing the schema's keywords",
+}
+# xgrammar refuses some schemas with an empty message (a bound of 1e400, a huge multipleOf).
+_NO_REASON = "xgrammar refused this without saying why"
 _XGRAMMAR_THREADS = 8  # GrammarCompiler's default max_threads
 
 
@@ -102,14 +118,16 @@ def parse_schema(source: str) -> Any:
 
 def _loaded(source: str) -> Any:
     try:
-        schema = json.loads(source)
+        schema = loads(source)
+    except IntegerTooLong as exc:
+        raise GrammarError(exc.msg, **exc.where()) from None
     except json.JSONDecodeError as exc:
         raise GrammarError(f"invalid JSON: {exc.msg}", line=exc.lineno, column=exc.colno) from None
     except RecursionError:
         raise GrammarError("invalid JSON Schema: nested too deeply to parse") from None
     if not isinstance(schema, dict | bool):
         raise GrammarError(
-            f"a JSON Schema is an object or a boolean, got {type(schema).__name__}",
+            f"a JSON Schema is an object or a boolean, not {json_type(schema)}",
             line=1,
             column=1,
         )
@@ -209,7 +227,20 @@ def _compile(compiler: Any, kind: str, source: str, options: dict[str, Any]) -> 
         # took the worker down with it (then every compile waited for a new worker to start).
         message = bytes(exc.object).decode("utf-8", errors="replace")
         raise _grammar_error(kind, source, options, clean_message(message)) from None
+    except UnicodeEncodeError as exc:  # xgrammar takes UTF-8: a lone surrogate has none
+        raise _not_unicode(source, exc) from None
     raise GrammarError(f"unknown grammar kind {kind!r}")
+
+
+def _not_unicode(source: str, exc: UnicodeEncodeError) -> GrammarError:
+    """The error of a source holding a lone surrogate (``\\ud800`` sent as a character), at
+    its line and column."""
+    char = ord(exc.object[exc.start])
+    message = f"the source holds U+{char:04X}, a lone surrogate that is not text (no UTF-8)"
+    if exc.object != source:
+        return GrammarError(message)
+    line, column = line_column(source, exc.start)
+    return GrammarError(message, line=line, column=column)
 
 
 def _compile_tag(compiler: Any, source: str) -> Any:
@@ -276,10 +307,20 @@ def _grammar_error(kind: str, source: str, options: dict[str, Any], message: str
         line, column = line_column(source, max(0, min(len(source), int(match[1]) - 1)))
         return GrammarError(message, line=line, column=column)
     if kind == "json_schema":
-        parts = _locate_schema_error(json.loads(source), message, options)
+        parts = _locate_schema_error(loads(source), message, options)
         if parts:
-            return located_error(source, parts, message)
-    return GrammarError(message)
+            return located_error(source, parts, _shown(message))
+    return GrammarError(_shown(message))
+
+
+def _shown(message: str) -> str:
+    """xgrammar's message without its C++ check's text or the copy of the whole source, and
+    the rest of the source it quotes ("near: ...") cut short."""
+    shown = _ECHOED.sub(".", _CHECK_FAILED.sub("", message))
+    head, near, rest = shown.partition(" near: ")
+    if len(rest) > _NEAR_CHARS:
+        shown = f"{head}{near}{rest[:_NEAR_CHARS]}…"
+    return shown or _NO_REASON
 
 
 def rule_names(grammar_text: str) -> list[str]:
@@ -458,7 +499,7 @@ def probe_request(request: dict[str, Any]) -> dict[str, Any]:
         request: ``{"op": "probe", "source", "options", "pointers": [str], "budget_s"}``.
     """
     start = time.perf_counter()
-    schema = json.loads(request["source"])
+    schema = loads(request["source"])
     base, warnings = _converted(schema, request["options"])
     probes: list[dict[str, Any]] = []
     cut_short = False
@@ -550,15 +591,70 @@ def serve(
         handler = handlers.get(request.get("op", ""))
         try:
             answer = handler(request) if handler else compile_request(compiler, request, held)
-        except MemoryError:  # the worker's heap is suspect now: answer, then make room for another
-            answer = {
-                "ok": False,
-                "retire": True,
-                "error": GrammarTooComplex(
-                    "too complex: compiling needed more memory than a compile may use "
-                    f"({memory_mb} MB)"
-                ).to_dict(),
-            }
-        conn.send(answer)
-        if answer.get("retire"):
+        except Exception as exc:  # every failure is an answer: the worker serves on
+            answer = failed(exc, request.get("op", "compile"), memory_mb)
+        if not _sent(conn, answer, request.get("op", "compile"), memory_mb):
             return
+
+
+def failed(exc: Exception, op: str, memory_mb: int) -> dict[str, Any]:
+    """The answer to a request that raised ``exc``, never a Python internal: out of memory
+    (``MemoryError``, or xgrammar's ``std::bad_alloc``) retires the worker, whose heap is
+    suspect now; any other error is the request's 422 and the worker serves on.
+
+    Args:
+        exc: what the request raised.
+        op: the request's ``op`` (``compile``, ``fetch``, ``probe``).
+        memory_mb: the worker's memory cap, named in the answer.
+    """
+    doing = _DOING.get(op, "compiling")
+    # xgrammar's own error only: a GrammarError's message may quote the user's source
+    if isinstance(exc, MemoryError) or (
+        isinstance(exc, RuntimeError) and _EXHAUSTED.search(str(exc))
+    ):
+        error: GrammarError = GrammarTooComplex(
+            f"too complex: {doing} needed more memory than a compile may use ({memory_mb} MB)"
+        )
+        return {"ok": False, "retire": True, "error": error.to_dict()}
+    if isinstance(exc, GrammarError):
+        error = exc
+    elif isinstance(exc, IntegerTooLong):
+        error = GrammarError(exc.msg, **exc.where())
+    elif isinstance(exc, json.JSONDecodeError):
+        error = GrammarError(f"invalid JSON: {exc.msg}", line=exc.lineno, column=exc.colno)
+    elif isinstance(exc, RecursionError):
+        error = GrammarError(f"{doing} failed: the grammar is nested too deeply")
+    else:  # a bug of ours or of xgrammar's: the operator gets the traceback, the user a cause
+        traceback.print_exc()
+        error = GrammarError(f"{doing} failed: {_cause(exc)}")
+    return {"ok": False, "error": error.to_dict()}
+
+
+def _cause(exc: Exception) -> str:
+    """xgrammar's own message (its log prefix stripped), or what the error was about."""
+    if isinstance(exc, RuntimeError) and (message := clean_message(str(exc))):
+        return _CHECK_FAILED.sub("", message.splitlines()[0])
+    if isinstance(exc, UnicodeError):
+        return "it holds text that is not valid Unicode"
+    if isinstance(exc, ArithmeticError):
+        return "a number in it is out of range"
+    return "an unexpected error (the server's log has it)"
+
+
+def _sent(conn: Connection, answer: dict[str, Any], op: str, memory_mb: int) -> bool:
+    """Send ``answer``; False when the worker must stop (it retires, or the pipe is gone).
+
+    An answer too large to pickle under the memory cap (a big serialised grammar) is answered
+    as out of memory instead: nothing of it was written yet, pickling comes first.
+    """
+    try:
+        conn.send(answer)
+    except MemoryError as exc:
+        answer = failed(exc, op, memory_mb)
+        try:
+            conn.send(answer)
+        except (MemoryError, OSError):
+            return False
+    except OSError:
+        return False
+    return not answer.get("retire")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import multiprocessing
-import queue
 import threading
 import time
 from collections import OrderedDict
@@ -24,6 +23,7 @@ import xgrammar as xgr
 
 from app.engine import compile_worker
 from app.engine.grammar import CompileResult, GrammarKind, GrammarSpec
+from app.engine.handoff import FairHandoff
 from app.engine.keyword_probe import KeywordProbe, ProbeResult
 from app.engine.structural_tag import TAG_NOT_CARRIED
 from app.exceptions import GrammarError, GrammarTooComplex, InvalidInput, MaskscopeError
@@ -33,6 +33,8 @@ __all__ = ["MEMORY_MB", "GrammarCompiler"]
 
 _STARTUP_TIMEOUT_S = 300.0
 _POLL_S = 0.05
+# Workers found dead that one request may pass over, beyond one per worker.
+_GONE_RETRIES = 2
 # A worker keeps the grammars it compiled within this share of its memory cap.
 _HELD_SHARE = 4
 # What a worker may map beyond what it holds once loaded (the tokenizer, xgrammar, jsonschema).
@@ -71,22 +73,30 @@ class _Worker:
                 raise EOFError
             if time.monotonic() >= deadline:
                 return None
-        answer: dict[str, Any] = conn.recv()
+        try:
+            answer: dict[str, Any] = conn.recv()
+        except (EOFError, OSError):
+            raise
+        except Exception:  # a garbled answer (the worker died writing it): as dead
+            raise EOFError from None
         return answer
 
     def request(self, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """Send one compile request; raise GrammarTooComplex on timeout or a crash."""
+        """Send one compile request; raise GrammarTooComplex on timeout or a crash, and
+        ``_Gone`` when the worker was dead before the request reached it."""
+        if not self._ready:
+            self._started()
         try:
-            if not self._ready:
-                if self._receive(_STARTUP_TIMEOUT_S) is None:
-                    raise GrammarError("the grammar compiler process did not start")
-                self._ready = True
             self._conn.send(payload)
+        except OSError:  # dead before this request: not its fault
+            raise _Gone from None
+        try:
             answer = self._receive(timeout)
         except (EOFError, OSError):
             code = self._process.exitcode
+            status = "" if code is None else f" (exit code {code})"
             raise GrammarTooComplex(
-                f"too complex: the compiler process died while compiling (exit code {code})"
+                f"too complex: the compiler process died while compiling{status}"
             ) from None
         if answer is None:
             raise GrammarTooComplex(
@@ -96,9 +106,27 @@ class _Worker:
             raise _Retired(answer)
         return answer
 
+    def _started(self) -> None:
+        """Wait for the process to be ready; ``_Gone`` when it died starting."""
+        try:
+            if self._receive(_STARTUP_TIMEOUT_S) is None:
+                raise GrammarError("the grammar compiler process did not start")
+        except (EOFError, OSError):
+            raise _Gone from None
+        self._ready = True
+
     @property
     def alive(self) -> bool:
         return self._process.is_alive()
+
+    @property
+    def closed(self) -> bool:
+        """Whether the compiler took it out of service (killed, or about to be)."""
+        return self._closed
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
 
     def close(self) -> None:
         # Twice at once on a shutdown: the compiler's close and the compile that lost it.
@@ -110,6 +138,11 @@ class _Worker:
                 self._process.kill()
             self._process.join(timeout=5)
             self._conn.close()
+
+
+class _Gone(Exception):
+    """The worker was dead before a request reached it (killed for another request, or it
+    died starting): the request is sent to another worker."""
 
 
 class _Retired(Exception):
@@ -196,7 +229,7 @@ class GrammarCompiler:
         self._cache: OrderedDict[str, CompileResult] = OrderedDict()
         self._cache_size = 0
         self._lock = threading.Lock()
-        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._idle: FairHandoff[_Worker] = FairHandoff()
         self._workers = workers
         self._closed = False
         self._live: set[_Worker] = set()  # every worker process, idle or busy
@@ -205,12 +238,14 @@ class GrammarCompiler:
 
     @classmethod
     def from_settings(cls, tokenizer_info: Any, settings: Settings) -> GrammarCompiler:
-        """A compiler for ``tokenizer_info`` with the settings' workers, time limit and cache."""
+        """A compiler for ``tokenizer_info`` with the settings' workers, time limit, cache and
+        memory cap."""
         return cls(
             tokenizer_info,
             workers=settings.compile_workers,
             timeout_s=settings.compile_timeout_s,
             cache_bytes=settings.compile_cache_bytes,
+            memory_mb=settings.compile_memory_mb,
         )
 
     def compile(self, spec: GrammarSpec) -> CompileResult:
@@ -246,17 +281,37 @@ class GrammarCompiler:
         return result
 
     def _fetch(self, worker: _Worker, spec: GrammarSpec, key: str) -> str:
-        """The serialised grammar ``worker`` holds under ``key``, else compiled again."""
-        if worker.alive:
-            try:
-                with worker.use:
-                    answer = worker.request({"op": "fetch", "key": key}, self._timeout_s)
-                if "serialized" in answer:
-                    return str(answer["serialized"])
-            except (GrammarTooComplex, GrammarError, _Retired):
-                pass  # dead or dying: compile it again below
+        """The serialised grammar ``worker`` holds under ``key``, else compiled again.
+
+        A worker the fetch kills or retires is replaced before another request can reach it
+        (its lock is still held). Serialising past the worker's memory raises that error: a
+        compile would only run out of memory again.
+
+        Raises:
+            GrammarTooComplex: serialising the grammar needs more memory than a worker has.
+        """
+        with worker.use:
+            answer = self._fetched(worker, key)
+        if answer is not None and "serialized" in answer:
+            return str(answer["serialized"])
+        if answer is not None and answer.get("retire"):
+            raise MaskscopeError.from_dict(answer["error"])
         again, _ = self._run(spec, key, serialize=True)
         return str(again["serialized"])
+
+    def _fetched(self, worker: _Worker, key: str) -> dict[str, Any] | None:
+        """``worker``'s answer to a fetch (its ``use`` held), or None when it is gone."""
+        if worker.closed or not worker.alive:
+            self._replace(worker)
+            return None
+        try:
+            return worker.request({"op": "fetch", "key": key}, self._timeout_s)
+        except _Retired as retired:
+            self._replace(worker)
+            return retired.answer
+        except (GrammarError, _Gone):  # killed, died or hung: never handed to another request
+            self._replace(worker)
+            return None
 
     def cached(self, spec: GrammarSpec) -> CompileResult | None:
         """The cached result for ``spec`` (``cached=True``), or None; never waits for a worker."""
@@ -283,6 +338,8 @@ class GrammarCompiler:
         Raises:
             InvalidInput: the spec is not a JSON Schema.
             GrammarTooComplex: one conversion ran past the compile time limit.
+            GrammarError: the source does not parse (an integer too long to read, with its
+                pointer).
         """
         if spec.kind is not GrammarKind.JSON_SCHEMA:
             raise InvalidInput(f"only JSON Schemas have keywords to probe, not {spec.kind.value}")
@@ -317,38 +374,64 @@ class GrammarCompiler:
 
     def _send(self, payload: dict[str, Any]) -> dict[str, Any]:
         answer, _ = self._send_to_worker(payload)
+        if not answer["ok"]:
+            raise MaskscopeError.from_dict(answer["error"])
         return answer
 
     def _send_to_worker(self, payload: dict[str, Any]) -> tuple[dict[str, Any], _Worker]:
+        """``payload``'s answer and the worker that gave it. A worker found dead (killed by
+        another request, or dying as it started) is replaced and the payload goes to the next
+        one: only the request a worker dies on gets that error."""
+        gone = 0
         while True:
-            if self._closed:  # its workers are gone: waiting for one would wait forever
-                raise GrammarError("the grammar compiler has been shut down")
-            try:
-                worker = self._idle.get(timeout=_POLL_S)
-                break
-            except queue.Empty:
-                continue
-        too_complex = False
-        try:
+            worker = self._next_idle()
             with worker.use:
-                return worker.request(payload, self._timeout_s), worker
-        except _Retired as retired:
-            too_complex = True
-            return retired.answer, worker
-        except GrammarTooComplex:
-            too_complex = True
-            raise
-        finally:
-            if too_complex:
-                worker.close()
-                with self._lock:
-                    self._live.discard(worker)
-                # Starting a process takes seconds (the parent waits while the child imports):
-                # the caller gets its answer now, the next compile waits for the new worker.
-                if not self._closed:
-                    threading.Thread(target=self._start_worker, name="maskscope-respawn").start()
-            else:
-                self._idle.put(worker)
+                if worker.closed:  # replaced already: the queue still held it
+                    continue
+                try:
+                    if not worker.alive:
+                        raise _Gone
+                    answer = worker.request(payload, self._timeout_s)
+                except _Gone:
+                    self._replace(worker)
+                    gone += 1
+                    if gone > self._workers + _GONE_RETRIES:
+                        raise GrammarError(
+                            "the grammar compiler's worker processes keep dying as they start"
+                        ) from None
+                    continue
+                except _Retired as retired:
+                    self._replace(worker)
+                    return retired.answer, worker
+                except GrammarError:  # killed for its time limit, died on it, or never started
+                    self._replace(worker)
+                    raise
+            self._idle.put(worker)
+            return answer, worker
+
+    def _next_idle(self) -> _Worker:
+        """An idle worker, once every request that waited longer got one."""
+        worker = None if self._closed else self._idle.get()
+        if worker is None:  # its workers are gone: waiting for one would wait forever
+            raise GrammarError("the grammar compiler has been shut down")
+        return worker
+
+    def _replace(self, worker: _Worker) -> None:
+        """Take ``worker`` out of service (killed) and start another in its place, once."""
+        with self._lock:
+            known = worker in self._live
+            self._live.discard(worker)
+            closed = self._closed
+        worker.close()
+        # Starting a process takes seconds (the parent waits while the child imports): the
+        # caller gets its answer now, the next compile waits for the new worker.
+        if known and not closed:
+            threading.Thread(target=self._start_worker, name="maskscope-respawn").start()
+
+    def worker_pids(self) -> list[int]:
+        """The process ids of the compile workers in service (started or starting)."""
+        with self._lock:
+            return sorted(pid for worker in self._live if (pid := worker.pid) is not None)
 
     def _start_worker(self) -> None:
         worker = _Worker(self._tokenizer_json, self._memory_mb, self._held_bytes)
@@ -382,6 +465,7 @@ class GrammarCompiler:
             self._closed = True
             workers = list(self._live)
             self._live.clear()
+        self._idle.close()
         for worker in workers:
             worker.close()
 

@@ -30,6 +30,7 @@ from app.engine.gguf_matmul import (
 )
 from app.engine.tokens import Tokens
 from app.exceptions import ModelLoadError
+from app.redact import hide_paths
 from app.settings import EMBEDDED_MODEL, Settings
 
 __all__ = [
@@ -327,7 +328,10 @@ def load_model(settings: Settings) -> LoadedModel:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load model {settings.model!r}: {exc}") from exc
+        # The model as configured stays as written (it names the model); what the library
+        # quotes of the cache and the home directory does not.
+        detail = hide_paths(str(exc), [(settings.cache_dir, "<cache_dir>")])
+        raise ModelLoadError(f"cannot load model {settings.model!r}: {detail}") from exc
     model = model.to(device).eval()
     if device.type == "cpu" and (threads := cpu_threads(os.cpu_count(), os.environ)) is not None:
         torch.set_num_threads(threads)

@@ -7,6 +7,7 @@ from collections.abc import Collection, Sequence
 
 import torch
 
+from app.engine.budget import checkpoint
 from app.engine.grammar import CompileResult
 from app.engine.jsonpath import JsonPosition, advance
 from app.engine.mask import allowed_vector, bitmask_bytes, count_allowed, new_bitmask
@@ -45,6 +46,11 @@ def _token_ids(
             pointer="/text" if token_ids is None else "/token_ids",
         )
     return ids
+
+
+def _characters(data: bytes) -> int:
+    """The code points ``data`` starts or holds (UTF-8 continuation bytes are not counted)."""
+    return len(data) - sum(0x80 <= byte < 0xC0 for byte in data)
 
 
 def _accepted_prefix(masking: MaskingEngine, tokens: Tokens, token_id: int) -> int:
@@ -136,14 +142,18 @@ def verdict(
     ids = _token_ids(tokens, text, None, max_tokens)
     masking = new_masking(grammar)
     consumed = b""
+    chars = 0
     for index, token_id in enumerate(ids):
+        checkpoint(index, total=len(ids), chars=chars)
         if not masking.accept_token(token_id):
             # A refused token leaves the matcher as it was: the mask is that of the refusal.
             bitmask = new_bitmask(tokens.vocab_size)
             masking.fill_next_token_bitmask(bitmask)
             rejection = _rejection(masking, tokens, bitmask[0], token_id, index, consumed)
             return ReplayResult(False, False, (), rejection)
-        consumed += tokens.output_bytes(token_id)
+        data = tokens.output_bytes(token_id)
+        consumed += data
+        chars += _characters(data)
     return ReplayResult(True, masking.is_terminated() or masking.is_completed(), (), None)
 
 
@@ -191,7 +201,9 @@ def replay(
     )
     segments = SegmentTracker.for_grammar(grammar)
     seen = b""  # the bytes the reasoning boundary reads (special tokens' included)
+    chars = 0
     for index, token_id in enumerate(ids):
+        checkpoint(index, total=len(ids), chars=chars)
         data = b"" if token_id in tokens.stop_ids else tokens.token_bytes[token_id]
         where = segments.at(seen, gate) if segments is not None else None
         if gate.open_before(seen):
@@ -206,8 +218,10 @@ def replay(
                 return ReplayResult(False, False, tuple(walked), rejection)
             consumed += tokens.output_bytes(token_id)
             seen += data
+            chars += _characters(data)
             continue
         seen += data
+        chars += _characters(data)
         before, rules = position, tuple(masking.active_rules())
         masking.fill_next_token_bitmask(bitmask)
         words = bitmask[0]

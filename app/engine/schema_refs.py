@@ -21,6 +21,7 @@ from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 
 from app.engine.jsonpointer import locate
 from app.exceptions import GrammarError
+from app.jsontext import json_type
 from app.paths import pointer_from_parts, unescape_token
 
 __all__ = ["ReferenceRefused", "check_refs"]
@@ -215,7 +216,7 @@ def _resolve(document: _Document, base: str, value: str) -> Parts | str:
         else:
             return f"its target {fragment!r} is not in the document"
     if not isinstance(node, dict | bool):
-        return f"its target {fragment!r} is not a schema (it is a {type(node).__name__})"
+        return f"its target {fragment!r} is not a schema (it is {json_type(node)})"
     return tuple(parts)
 
 

@@ -14,6 +14,9 @@ answers the state at the text's end, the state the next token's mask is computed
   the XML-like styles (``qwen_xml``, ``minimax_xml``, ``deepseek_xml``, ``glm_xml``, ...);
 - a format the walk does not follow (a grammar or regex leaf outside a call's header, dispatch,
   repetition, token-level formats) ends the walk: the segment is then unknown (None).
+
+Each format visited is a checkpoint of the walk budget in force (:mod:`app.engine.budget`): a
+replay or a step under a large tag stops with ``grammar_too_slow`` rather than run for minutes.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from app.engine.budget import checkpoint
 from app.engine.grammar import CompileResult
 from app.engine.jsonpath import JsonPosition, advance
 from app.engine.reasoning import ReasoningGate, leading_reasoning, tag_of
@@ -170,6 +174,7 @@ class _Walker:
     # -- formats ---------------------------------------------------------------------------
 
     def node(self, fmt: Any, pos: int, seg: Segment, stops: tuple[str, ...]) -> int:
+        checkpoint()  # a large tag, walked again at every token: bounded by the walk's budget
         if not isinstance(fmt, dict):
             raise _Lost
         kind = fmt.get("type")
@@ -216,6 +221,7 @@ class _Walker:
         return min(ends)
 
     def tag(self, fmt: dict[str, Any], pos: int, seg: Segment, stops: tuple[str, ...]) -> int:
+        checkpoint()
         begin, ends = _string(fmt.get("begin")), _ends(fmt.get("end"))
         content = fmt.get("content") or {}
         if fmt is self.reasoning:

@@ -22,6 +22,7 @@ from enum import StrEnum
 
 import torch
 
+from app.engine.budget import checkpoint, unbudgeted
 from app.engine.compare import Follower
 from app.engine.distribution import MaskedDistribution, mask_distribution
 from app.engine.drafts import propose_drafts, validate_drafts
@@ -325,6 +326,7 @@ class Session:
             )
         start = time.perf_counter()
         index = len(self.steps)
+        checkpoint(index, unit="tokens of output")  # how far, should the step's budget run out
         ahead, self._ahead = self._ahead, None
         ran: list[ForwardOutcome] = []  # the forward passes this call ran (its idle time)
         if ahead is None or ahead.outcome is None:
@@ -363,16 +365,10 @@ class Session:
             else:
                 finish(prepare_next=False)
         except BaseException:
-            # A step is a transaction: undo what the engines did, whatever failed.
-            wait_quietly(job)
-            if steps > 0:
-                self._masking.rollback(steps)
-            if work.followed and self.follower is not None:
-                self.follower.undo()
-            self._forward.truncate(index)
-            self._drop_checkpoints(after=index)
-            ahead.outcome = None  # the truncated prefix runs its forward pass again
-            self._ahead = ahead
+            # A step is a transaction: undo what the engines did, whatever failed (its walk
+            # budget spent too: the undoing is never cut short).
+            with unbudgeted():
+                self._undo_step(index, steps, job, work, ahead)
             raise
         idle = time.perf_counter() - start - sum(r.end - r.start for r in ran)
         assert work.record is not None
@@ -385,6 +381,20 @@ class Session:
         self._state = None
         self._ahead = work.next
         return record
+
+    def _undo_step(
+        self, index: int, steps: int, job: Future[None] | None, work: _Beside, ahead: Prepared
+    ) -> None:
+        """Undo step ``index``, which failed: its matcher steps, the follower's, its prefix."""
+        wait_quietly(job)
+        if steps > 0:
+            self._masking.rollback(steps)
+        if work.followed and self.follower is not None:
+            self.follower.undo()
+        self._forward.truncate(index)
+        self._drop_checkpoints(after=index)
+        ahead.outcome = None  # the truncated prefix runs its forward pass again
+        self._ahead = ahead
 
     def _forward_and_prepare(
         self, index: int, ahead: Prepared | None, ran: list[ForwardOutcome]

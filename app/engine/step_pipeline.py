@@ -20,6 +20,7 @@ from typing import TypeVar
 
 import torch
 
+from app.engine.budget import carried, uncharged
 from app.engine.forward.base import ForwardEngine, RawDistribution
 from app.engine.masking.base import MaskingEngine
 from app.engine.records import DraftsRecord, GrammarState, RollbackRecord
@@ -66,17 +67,19 @@ def run_forward(forward: ForwardEngine) -> ForwardOutcome:
     """Run ``forward``'s pass on this thread; its error is kept in the outcome (the step that
     needs the distribution raises it), but an interrupt (``KeyboardInterrupt``) propagates."""
     start = time.perf_counter()
-    try:
-        raw = forward.distribution()
-    except Exception as error:  # noqa: BLE001 - it belongs to the step that waits for it
-        return ForwardOutcome(None, error, start, time.perf_counter())
+    with uncharged():  # a forward pass is no walk of the grammar: the step's budget pays nothing
+        try:
+            raw = forward.distribution()
+        except Exception as error:  # noqa: BLE001 - it belongs to the step that waits for it
+            return ForwardOutcome(None, error, start, time.perf_counter())
     return ForwardOutcome(raw, None, start, time.perf_counter())
 
 
 def run_beside(job: Callable[[], T]) -> Future[T]:
     """Start ``job`` on :func:`checks_pool`'s thread, to run while this thread runs a forward
-    pass (the caller waits for it before touching what it touches)."""
-    return checks_pool().submit(job)
+    pass (the caller waits for it before touching what it touches), in the caller's context and
+    under its walk budget (charged for the worker's CPU time)."""
+    return checks_pool().submit(carried(job))
 
 
 def wait_quietly(future: Future[T] | None) -> None:

@@ -21,6 +21,7 @@ from xgrammar.structural_tag import StructuralTag, StructuralTagItem
 from app.engine.jsonpointer import locate
 from app.engine.jsonschema_safe import error_list, meta_validator
 from app.exceptions import GrammarError
+from app.jsontext import IntegerTooLong, json_type, loads
 from app.paths import pointer_from_parts
 
 __all__ = ["TAG_NOT_CARRIED", "Leaf", "ParsedTag", "json_object", "parse_tag", "tag_error"]
@@ -99,15 +100,15 @@ def json_object(source: str, what: str) -> dict[str, Any]:
         GrammarError: not JSON (with its line and column), nested too deeply, or not an object.
     """
     try:
-        data = json.loads(source)
+        data = loads(source)
+    except IntegerTooLong as exc:
+        raise GrammarError(exc.msg, **exc.where()) from None
     except json.JSONDecodeError as exc:
         raise GrammarError(f"invalid JSON: {exc.msg}", line=exc.lineno, column=exc.colno) from None
     except RecursionError:
         raise GrammarError(f"invalid {what}: nested too deeply to parse") from None
     if not isinstance(data, dict):
-        raise GrammarError(
-            f"a {what} is a JSON object, got {type(data).__name__}", line=1, column=1
-        )
+        raise GrammarError(f"a {what} is a JSON object, not {json_type(data)}", line=1, column=1)
     return data
 
 
@@ -139,7 +140,7 @@ def _legacy(source: str, data: dict[str, Any]) -> ParsedTag:
         if isinstance(schema, str):
             inside = False
             try:
-                schema = json.loads(schema)
+                schema = loads(schema)
             except json.JSONDecodeError as exc:
                 raise tag_error(
                     source,

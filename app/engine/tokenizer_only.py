@@ -24,6 +24,7 @@ from app.engine.model import stop_ids_of
 from app.engine.shipped_tokenizers import SHIPPED, tokenizer_dir
 from app.engine.tokens import Tokens
 from app.exceptions import ModelLoadError, NoForwardEngine, NotReady
+from app.redact import hide_paths
 from app.settings import Settings, TokenizerSpec
 
 __all__ = [
@@ -162,7 +163,9 @@ def load_tokenizer_model(spec: TokenizerSpec, cache_dir: Path) -> TokenizerModel
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory)
     except (OSError, ValueError) as error:
-        raise ModelLoadError(f"tokenizer {spec.id!r}: cannot load {directory}: {error}") from error
+        message = f"tokenizer {spec.id!r}: cannot load {directory}: {error}"
+        named = [(cache_dir, "<cache_dir>"), (directory, directory.name)]
+        raise ModelLoadError(hide_paths(message, named)) from error
     vocab_size = (
         spec.vocab_size
         or PADDED_VOCAB.get(spec.tokenizer)

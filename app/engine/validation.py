@@ -14,9 +14,15 @@ from jsonschema.protocols import Validator
 from app.engine.grammar import GrammarSpec
 from app.engine.jsonschema_safe import error_list, schema_validator
 from app.engine.records import Validation, ValidationError
+from app.jsontext import loads
 from app.paths import format_path
 
 __all__ = ["validate_output"]
+
+_NO_VERDICT = (
+    "the validator cannot judge this document: a number in it is too large to divide by the "
+    "schema's multipleOf (a float)"
+)
 
 
 def validate_output(spec: GrammarSpec, text: str, *, complete: bool) -> Validation:
@@ -40,14 +46,15 @@ def validate_output(spec: GrammarSpec, text: str, *, complete: bool) -> Validati
             return Validation(True)
         return Validation(False, (ValidationError("$", "the output ends before the grammar does"),))
     try:
-        instance = json.loads(text)
+        instance = loads(text, long_integers=True)  # judged whatever its integers' length
     except json.JSONDecodeError as exc:
         message = f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         return Validation(False, (ValidationError("$", message),))
-    errors = sorted(
-        error_list(_validator(spec.source), instance),
-        key=lambda e: list(map(str, e.absolute_path)),
-    )
+    try:
+        found = error_list(_validator(spec.source), instance)
+    except ArithmeticError:  # jsonschema's multipleOf divides by a float: past 1e308, no verdict
+        return Validation(False, (ValidationError("$", _NO_VERDICT),))
+    errors = sorted(found, key=lambda e: list(map(str, e.absolute_path)))
     return Validation(
         not errors,
         tuple(ValidationError(format_path(e.absolute_path), e.message) for e in errors),
@@ -57,4 +64,4 @@ def validate_output(spec: GrammarSpec, text: str, *, complete: bool) -> Validati
 @functools.lru_cache(maxsize=64)
 def _validator(source: str) -> Validator:
     """One validator per schema text: a test batch validates many texts against the same one."""
-    return schema_validator(json.loads(source), source=source)
+    return schema_validator(loads(source), source=source)

@@ -14,6 +14,7 @@ body binds, since pydantic evaluates it later in a model's namespace.
 from __future__ import annotations
 
 import ast
+import builtins
 import math
 import types
 from dataclasses import dataclass
@@ -21,6 +22,15 @@ from typing import Literal
 
 from app.exceptions import SourceRefused
 from app.pysource import parse_expression, parse_module
+from app.sandbox.callables import (
+    CALLED,
+    DATA_TOO,
+    ENCODERS,
+    describe,
+    is_function,
+    is_pure,
+    pure_names,
+)
 from app.sandbox.reach import (
     ALLOWED_CALLS,
     ALLOWED_MODULES,
@@ -51,7 +61,15 @@ MAX_STRING = 10_000
 MAX_INT = 10**15
 MAX_ANNOTATION = 2000  # characters of a string annotation written in the source
 
-Context = Literal["type", "value"]
+# "callee": the function of an allowed call, checked like a value but never refused as a function
+Context = Literal["type", "value", "callee"]
+_UNKNOWN = object()  # what :meth:`_Checker._real` returns for what is not an imported object
+# What the check refuses wherever it is: left to its own message in a place pydantic calls.
+_REFUSED_ANYWAY = (
+    ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Await, ast.Yield,
+    ast.YieldFrom, ast.IfExp, ast.NamedExpr, ast.Starred, ast.JoinedStr, ast.Set, ast.Slice,
+    ast.BoolOp, ast.Compare,
+)  # fmt: skip
 
 _STATEMENT_NAMES = {
     ast.FunctionDef: "functions and methods (validators do not change the JSON schema)",
@@ -76,6 +94,9 @@ class _Checker:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 self.defined.update(t.id for t in targets if isinstance(t, ast.Name))
         self.names: set[str] = set(BUILTIN_TYPES | self.defined)
+        assigned = self.defined - {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+        # names bound only by a class statement: what pydantic may call (constructs) as it is
+        self.classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)} - assigned
         self.future = future_annotations(tree)
         # Any class body's bindings, for strings: pydantic evaluates them in a model's namespace.
         self.class_bound: dict[str, Binding] = {}
@@ -172,6 +193,8 @@ class _Checker:
         for keyword in node.keywords:
             if keyword.arg is None or keyword.arg == "metaclass":
                 raise _refuse(keyword.value, "metaclasses and **kwargs in a class are not allowed")
+            if keyword.arg in CALLED:  # pydantic takes class keywords for its config
+                self._called(keyword.arg, keyword.value)
             self.expr(keyword.value, "value")
         self.scope = class_bindings(node)  # the bases and keywords were looked up in the module
         try:
@@ -233,6 +256,8 @@ class _Checker:
             if node.id not in self.names:
                 raise _refuse(node, f"the name {node.id!r} is not defined or not allowed here")
             self._not_a_module(node, node.id, self.imported.get(node.id))
+            if ctx == "value" and node.id in self.imported:
+                self._not_a_function(node, node.id, self.imported[node.id])
             return []
         if isinstance(node, ast.Attribute):
             return self._attribute(node, ctx)
@@ -243,9 +268,11 @@ class _Checker:
         if isinstance(node, ast.Dict):
             if ctx == "type":  # pydantic takes a dict in a type for a core schema (with callables)
                 raise _refuse(node, "a dict is not a type (pydantic takes it for a core schema)")
-            for key in node.keys:
+            for key, value in zip(node.keys, node.values, strict=True):
                 if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
                     raise _refuse(node, "dictionary keys must be strings")
+                if key.value in CALLED:  # a model_config dict, or one given to ConfigDict
+                    self._called(key.value, value)
             return [(v, "value") for v in node.values]
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
             return [(node.left, ctx), (node.right, ctx)]
@@ -270,16 +297,83 @@ class _Checker:
                 f"defines (for an enum member, write Literal[{shown}])",
             )
         if chain is None or chain[0] not in self.imported:
+            if ctx == "value" and self._real(node) is not _UNKNOWN:  # str.lower, int.from_bytes
+                self._not_a_function(node, ".".join(chain or []), self._real(node))
             return [(node.value, ctx)]
         for part in chain:
             self._check_name(node, part)
-        self._not_a_module(node, ".".join(chain), self._resolve(node))
+        value = self._resolve(node)
+        self._not_a_module(node, ".".join(chain), value)
+        if ctx == "value":
+            self._not_a_function(node, ".".join(chain), value)
         return []
 
     @staticmethod
     def _not_a_module(node: ast.AST, shown: str, value: object) -> None:
         if isinstance(value, types.ModuleType):  # a module held as a value escapes ``follow``
             raise _refuse(node, f"the module {shown!r} may only be used as {shown}.Name")
+
+    @staticmethod
+    def _not_a_function(node: ast.AST, shown: str, value: object) -> None:
+        if is_function(value) and not is_pure(value):
+            raise _refuse(
+                node,
+                f"{shown} is the function {describe(value)}: pydantic may call a function found "
+                "among a model's values (as a method of the class, a default factory, an alias "
+                f"generator...), and a source may use only these pure ones: {pure_names()}",
+            )
+
+    def _real(self, node: ast.expr) -> object:
+        """What a name or attribute chain is on the real objects, when it starts from an imported
+        name or a builtin type the source does not rebind; ``_UNKNOWN`` otherwise.
+
+        Raises:
+            SourceRefused: the chain leaves the allowed modules, or does not exist.
+        """
+        chain = [node.id] if isinstance(node, ast.Name) else None
+        if isinstance(node, ast.Attribute):
+            chain = _chain(node)
+        if not chain or any(part.startswith("_") for part in chain):
+            return _UNKNOWN
+        self._shadowed(node, chain[0])  # a class body's binding: refused as such
+        if chain[0] in self.imported:
+            return self._resolve(node)
+        if chain[0] not in BUILTIN_TYPES or chain[0] in self.defined or chain[0] in self.scope:
+            return _UNKNOWN
+        try:
+            return follow(getattr(builtins, chain[0]), chain[1:], chain[0])
+        except Unreachable as error:
+            raise _refuse(node, str(error)) from None
+
+    def _called(self, key: str, node: ast.expr) -> None:
+        """Refuse what pydantic would call as ``key`` (an alias generator, a default factory...)
+        unless it is one of the pure functions or a class the source defines.
+
+        Raises:
+            SourceRefused: at ``node``, naming what it is and why.
+        """
+        if isinstance(node, ast.Constant) and node.value is None:
+            return
+        if isinstance(node, ast.Dict) and key in DATA_TOO | ENCODERS:
+            for item in node.values if key in ENCODERS else []:
+                self._called(key, item)
+            return  # json_schema_extra's data: checked as values
+        target = node.value if isinstance(node, ast.Subscript) else node  # list[int], Page[Item]
+        if isinstance(target, ast.Name) and target.id in self.classes:
+            return
+        only = f"a source may pass only {pure_names()}, or a class it defines"
+        if isinstance(target, ast.Name | ast.Attribute):
+            value = self._real(target)
+            if value is not _UNKNOWN and is_pure(value):
+                return
+            written = ast.unparse(target)
+            real = describe(value) if value is not _UNKNOWN else written
+            what = written if real == written else f"{written} ({real})"
+            raise _refuse(node, f"{key}: pydantic calls {what}, which is not pure: {only}")
+        if not isinstance(node, _REFUSED_ANYWAY):
+            raise _refuse(
+                node, f"{key}: pydantic calls it, and {_describe(node)} is not a function: {only}"
+            )
 
     def _resolve(self, node: ast.AST) -> object:
         """What an imported name, or an attribute chain from one, is on the real objects; None
@@ -366,7 +460,9 @@ class _Checker:
                 f"calling {name} is not allowed: it is not the {name} imported "
                 "from pydantic, annotated_types, enum or typing",
             )
-        children: list[tuple[ast.AST, Context]] = [(func, "value")]
+        if name == "ConfigDict" and node.args:  # a dict or pairs would hide the keys
+            raise _refuse(node.args[0], "ConfigDict takes its settings as keywords only")
+        children: list[tuple[ast.AST, Context]] = [(func, "callee")]
         for position, arg in enumerate(node.args):
             if isinstance(arg, ast.Starred):
                 raise _refuse(arg, "*args are not allowed")
@@ -376,6 +472,8 @@ class _Checker:
             if keyword.arg is None:
                 raise _refuse(keyword.value, "**kwargs are not allowed")
             self._check_name(keyword.value, keyword.arg)
+            if keyword.arg in CALLED and name in ("Field", "ConfigDict"):
+                self._called(keyword.arg, keyword.value)
             typed = is_type_argument(name, keyword=keyword.arg)
             children.append((keyword.value, "type" if typed else "value"))
         return children
@@ -411,6 +509,8 @@ def _describe(node: ast.AST) -> str:
         ast.Yield: "yield", ast.YieldFrom: "yield", ast.IfExp: "a conditional expression",
         ast.NamedExpr: "an assignment expression", ast.Starred: "unpacking",
         ast.JoinedStr: "an f-string", ast.Set: "a set literal", ast.Slice: "a slice",
+        ast.Call: "a call", ast.Constant: "a constant", ast.List: "a list", ast.Tuple: "a tuple",
+        ast.Dict: "a dict",
     }  # fmt: skip
     return names.get(type(node), type(node).__name__)
 
@@ -436,8 +536,11 @@ def _parse(source: str) -> ast.Module:
         raise SourceRefused(
             f"syntax error: {error.msg}", line=error.lineno, column=error.offset
         ) from None
-    except (RecursionError, MemoryError, ValueError) as error:
-        raise SourceRefused(f"the source cannot be parsed: {type(error).__name__}") from None
+    except (RecursionError, MemoryError) as error:
+        why = "it nests too deeply" if isinstance(error, RecursionError) else "it is too large"
+        raise SourceRefused(f"the source cannot be parsed: {why}") from None
+    except ValueError as error:  # e.g. "source code string cannot contain null bytes"
+        raise SourceRefused(f"the source cannot be parsed: {error}") from None
 
 
 def _methods(tree: ast.Module) -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:

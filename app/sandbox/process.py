@@ -9,14 +9,15 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from app.exceptions import PydanticFailed, SandboxUnconfined
+from app.exceptions import PydanticFailed, RequestEnded, SandboxUnconfined
 from app.sandbox.contain import Level
 
-__all__ = ["MAX_ANSWER_DEPTH", "Layers", "Limits", "malformed", "probe", "run_child"]
+__all__ = ["MAX_ANSWER_DEPTH", "Cancel", "Layers", "Limits", "malformed", "probe", "run_child"]
 
 #: Nesting allowed in an answer: far more than any schema needs, far less than a recursion limit.
 MAX_ANSWER_DEPTH = 200
@@ -47,6 +48,57 @@ class Layers:
     seccomp: bool = True
     audit_hook: bool = True
     preload: tuple[str, ...] = ()
+
+
+class Cancel:
+    """Stops one sandbox run from any thread: :meth:`set` kills its process group at once (or
+    keeps it from starting), and the run then raises :class:`~app.exceptions.RequestEnded`.
+
+    The web layer sets it when the client leaves; the run's thread, blocked on the process,
+    wakes as soon as the process is gone.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._set = False
+        self._process: subprocess.Popen[bytes] | None = None
+        #: Whether the run's process was started.
+        self.started = False
+
+    def set(self) -> None:
+        """Stop the run: kill its process now, or refuse to start it."""
+        with self._lock:
+            self._set = True
+            if self._process is not None and self._process.returncode is None:
+                _kill(self._process)
+
+    def is_set(self) -> bool:
+        """Whether the run was told to stop."""
+        return self._set
+
+    @property
+    def pid(self) -> int | None:
+        """The pid of the run's process while it runs (None before and after)."""
+        with self._lock:
+            process = self._process
+        return process.pid if process is not None and process.returncode is None else None
+
+    def _attach(self, process: subprocess.Popen[bytes] | None) -> None:
+        """Watch ``process`` (None: the run is over); killed at once if already set."""
+        with self._lock:
+            self._process = process
+            if process is not None:
+                self.started = True
+                if self._set:
+                    _kill(process)
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    """Kill ``process`` with its process group (it leads a session of its own)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # gone already
 
 
 def _failure(returncode: int, stderr: str, limits: Limits) -> PydanticFailed:
@@ -101,7 +153,12 @@ def _command(config: dict[str, Any]) -> list[str]:
     return [sys.executable, "-I", "-B", "-m", "app.sandbox.runner", json.dumps(config)]
 
 
-def _spawn(config: dict[str, Any], stdin: bytes, limits: Limits) -> dict[str, Any]:
+def _spawn(
+    config: dict[str, Any], stdin: bytes, limits: Limits, cancel: Cancel | None = None
+) -> dict[str, Any]:
+    cancel = cancel or Cancel()
+    if cancel.is_set():
+        raise _ended()
     with tempfile.TemporaryDirectory(prefix="maskscope-sandbox-") as tmp:
         out_path, err_path = Path(tmp) / "answer.json", Path(tmp) / "stderr.txt"
         with out_path.open("wb") as out, err_path.open("wb") as err:
@@ -109,18 +166,27 @@ def _spawn(config: dict[str, Any], stdin: bytes, limits: Limits) -> dict[str, An
                 _command(config), stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=tmp, env={},
                 close_fds=True, start_new_session=True,
             )  # fmt: skip
+            cancel._attach(process)
             try:
                 process.communicate(stdin, timeout=limits.wall_s)
             except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+                _kill(process)
                 process.wait()
                 raise PydanticFailed(
                     f"the source ran longer than the {limits.wall_s:g} s allowed"
                 ) from None
+            finally:
+                cancel._attach(None)
+        if cancel.is_set():
+            raise _ended()
         stderr = err_path.read_text(errors="replace")[-4000:]
         if process.returncode != 0:
             raise _failure(process.returncode, stderr, limits)
         return _parse(out_path.read_bytes())
+
+
+def _ended() -> RequestEnded:
+    return RequestEnded("the client left: its Pydantic sandbox run was stopped")
 
 
 def run_child(
@@ -129,6 +195,7 @@ def run_child(
     *,
     require: Level = Level.FULL,
     layers: Layers = Layers(),
+    cancel: Cancel | None = None,
 ) -> dict[str, Any]:
     """Run one request in a fresh ``python -I -B`` process and return its JSON answer.
 
@@ -142,9 +209,11 @@ def run_child(
         limits: CPU, memory, output size and wall-clock limits.
         require: the containment level below which the process refuses to run the source.
         layers: the layers applied (all; the containment tests lower them).
+        cancel: stops the run from another thread (its process killed).
 
     Raises:
         SandboxUnconfined: the process could not reach ``require``.
+        RequestEnded: ``cancel`` was set before the process answered.
         PydanticFailed: the process ran out of time, memory or output size, crashed, or answered
             something that is not an answer.
     """
@@ -154,7 +223,7 @@ def run_child(
         "layers": asdict(layers),
         "probe": False,
     }
-    answer = _spawn(config, json.dumps(request).encode(), limits)
+    answer = _spawn(config, json.dumps(request).encode(), limits, cancel)
     error = answer.get("error")
     if isinstance(error, dict) and error.get("code") == SandboxUnconfined.code:
         raise SandboxUnconfined(str(error.get("message")))

@@ -120,6 +120,7 @@ def load_allowed() -> None:
     """
     for name in sorted(ALLOWED_MODULES):
         importlib.import_module(name)
+    importlib.import_module("pydantic.alias_generators")  # to_camel etc., pure and allowed
     pydantic = sys.modules["pydantic"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the deprecated names warn when touched

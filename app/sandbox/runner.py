@@ -122,11 +122,14 @@ def _answer(request: dict[str, Any], *, audit_hook: bool) -> dict[str, Any]:
     if not models:
         return {"ok": False, "error": {"message": "the source defines no pydantic BaseModel"}}
     names = [m.__name__ for m in models]
+    if request["action"] == "schemas":
+        found = {m.__name__: m for m in models}
+        each = [_schema_of(found.get(name), name, names) for name in request["root_models"]]
+        return {"ok": True, "models": names, "schemas": each}
     wanted = request.get("root_model")
     root = next((m for m in models if m.__name__ == wanted), None) if wanted else models[-1]
     if root is None:
-        message = f"no model named {wanted!r}; the source defines {', '.join(names)}"
-        return {"ok": False, "error": {"message": message}}
+        return {"ok": False, "error": {"message": _missing(str(wanted), names)}}
     if request["action"] == "schema":
         return {
             "ok": True,
@@ -135,6 +138,20 @@ def _answer(request: dict[str, Any], *, audit_hook: bool) -> dict[str, Any]:
             "root": root.__name__,
         }
     return {"ok": True, "errors": [_validate(root, text) for text in request["texts"]]}
+
+
+def _missing(name: str, names: list[str]) -> str:
+    return f"no model named {name!r}; the source defines {', '.join(names)}"
+
+
+def _schema_of(model: Any, name: str, names: list[str]) -> dict[str, Any]:
+    """One requested model's JSON Schema, or the error deriving it (the others still run)."""
+    if model is None:
+        return {"error": {"message": _missing(name, names)}}
+    try:
+        return {"schema": model.model_json_schema()}
+    except Exception as error:  # pydantic's own errors and anything the source raises
+        return {"error": {"message": f"{type(error).__name__}: {error}", "line": _line_of(error)}}
 
 
 def _validate(root: Any, text: str) -> list[dict[str, str]]:

@@ -5,14 +5,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from app.exceptions import PydanticFailed, SandboxUnconfined
 from app.sandbox.check import CheckedSource, check_source
 from app.sandbox.contain import Level
-from app.sandbox.process import Limits, malformed, probe, run_child
+from app.sandbox.process import Cancel, Limits, malformed, probe, run_child
 from app.settings import Settings
 from app.verdicts import Validation, ValidationError
 
@@ -68,6 +69,8 @@ class Sandbox:
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self._probed: tuple[Level, str] | None = None
+        self._runs = 0
+        self._running: list[Cancel] = []
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Sandbox:
@@ -112,14 +115,44 @@ class Sandbox:
             )
         return level
 
-    def _run(self, request: dict[str, Any]) -> tuple[dict[str, Any], CheckedSource]:
+    @property
+    def runs(self) -> int:
+        """Sandbox processes run for sources so far, each counted once over (the probe not
+        counted; nor a run stopped before its process started)."""
+        with self._lock:
+            return self._runs
+
+    @property
+    def running(self) -> tuple[int, ...]:
+        """The pids of the sandbox processes running now."""
+        with self._lock:
+            pids = [cancel.pid for cancel in self._running]
+        return tuple(pid for pid in pids if pid is not None)
+
+    @contextmanager
+    def _counted(self, cancel: Cancel) -> Iterator[None]:
+        with self._lock:
+            self._running.append(cancel)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running.remove(cancel)
+                self._runs += cancel.started
+
+    def _run(
+        self, request: dict[str, Any], cancel: Cancel | None = None
+    ) -> tuple[dict[str, Any], CheckedSource]:
         """The child's answer for ``request``, run on the checked source (methods removed), and
         that checked source."""
         level = self._check_level()
         with _CHECKING:
             checked = check_source(request["source"])
-        with self._slots:
-            answer = run_child({**request, "source": checked.source}, self.limits, require=level)
+        cancel = cancel or Cancel()
+        with self._slots, self._counted(cancel):
+            answer = run_child(
+                {**request, "source": checked.source}, self.limits, require=level, cancel=cancel
+            )
         if not answer["ok"]:
             error = answer.get("error")
             if not isinstance(error, dict):
@@ -138,11 +171,9 @@ class Sandbox:
             SourceRefused: the static check refused the source.
             PydanticFailed: pydantic raised, or the run hit a limit.
         """
-        key = (source, root_model)  # cached only at a level allowed, which never changes
-        with self._lock:
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                return self._cache[key]
+        cached = self._cached(source, root_model)
+        if cached is not None:
+            return cached
         answer, checked = self._run(
             {"action": "schema", "source": source, "root_model": root_model}
         )
@@ -156,11 +187,58 @@ class Sandbox:
             )
         except (KeyError, TypeError, ValueError):
             raise malformed() from None
+        self._keep(source, root_model, result)
+        return result
+
+    def schemas(
+        self, source: str, names: Sequence[str], *, cancel: Cancel | None = None
+    ) -> dict[str, PydanticSchema | PydanticFailed]:
+        """The JSON Schema of each named model, all derived in one sandbox process (the cached
+        ones not derived again): a model's failure is its own entry, the others still derived.
+
+        Args:
+            source: the Pydantic source.
+            names: the models wanted (each is the root of its schema).
+            cancel: stops the run from another thread (its process killed).
+
+        Returns:
+            Each name's schema, or the error deriving it (``no model named ...`` for a name the
+            source does not define), in the order of ``names``.
+
+        Raises:
+            SandboxUnconfined, SourceRefused: as :meth:`schema`.
+            PydanticFailed: the source itself failed (it raised, or the run hit a limit).
+            RequestEnded: ``cancel`` was set before the run answered.
+        """
+        found: dict[str, PydanticSchema | PydanticFailed] = {}
+        for name in names:
+            cached = self._cached(source, name)
+            if cached is not None:
+                found[name] = cached
+        wanted = list(dict.fromkeys(n for n in names if n not in found))
+        if wanted:
+            request = {"action": "schemas", "source": source, "root_models": wanted}
+            answer, checked = self._run(request, cancel)
+            for name, derived in zip(wanted, _each(answer, len(wanted)), strict=True):
+                outcome = _outcome(derived, name, answer["models"], checked)
+                if isinstance(outcome, PydanticSchema):
+                    self._keep(source, name, outcome)
+                found[name] = outcome
+        return {name: found[name] for name in names}
+
+    def _cached(self, source: str, root_model: str | None) -> PydanticSchema | None:
+        key = (source, root_model)  # cached only at a level allowed, which never changes
         with self._lock:
-            self._cache[key] = result
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        return None
+
+    def _keep(self, source: str, root_model: str | None, result: PydanticSchema) -> None:
+        with self._lock:
+            self._cache[(source, root_model)] = result
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
-        return result
 
     def validate_many(
         self, source: str, root_model: str | None, texts: Sequence[str]
@@ -190,3 +268,27 @@ class Sandbox:
     def validate(self, source: str, root_model: str | None, text: str) -> Validation:
         """Validate one text: :meth:`validate_many` with one text."""
         return self.validate_many(source, root_model, [text])[0]
+
+
+def _each(answer: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    """The per-model entries of a ``schemas`` answer, checked for shape (a process that ran
+    hostile code may forge anything)."""
+    each, models = answer.get("schemas"), answer.get("models")
+    if not isinstance(each, list) or len(each) != count or not isinstance(models, list):
+        raise malformed()
+    if not all(isinstance(e, dict) for e in each) or not all(isinstance(m, str) for m in models):
+        raise malformed()
+    return each
+
+
+def _outcome(
+    derived: dict[str, Any], name: str, models: list[str], checked: CheckedSource
+) -> PydanticSchema | PydanticFailed:
+    """One entry of a ``schemas`` answer: the model's schema, or the error deriving it."""
+    schema, error = derived.get("schema"), derived.get("error")
+    if isinstance(schema, dict):
+        return PydanticSchema(schema, tuple(models), name, checked.stripped, checked.source)
+    if not isinstance(error, dict):
+        raise malformed()
+    line = error.get("line")
+    return PydanticFailed(str(error.get("message")), line=line if isinstance(line, int) else None)

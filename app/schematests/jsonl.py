@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from app.exceptions import InvalidInput
+from app.jsontext import loads
 from app.schematests.records import MAX_TESTS, MAX_TEXT_BYTES, Expect, SchemaTest
 
 __all__ = ["read_tests"]
@@ -12,7 +13,7 @@ __all__ = ["read_tests"]
 
 def _test(line: str, number: int) -> SchemaTest:
     try:
-        value = json.loads(line)
+        value = loads(line)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"not JSON: {exc.msg}", line=number, column=exc.colno) from None
     if not isinstance(value, dict) or set(value) - {"text", "expect"}:

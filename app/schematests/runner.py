@@ -9,7 +9,7 @@ from app.doctor.serialize import normalize
 from app.doctor.witnesses import ValidateMany
 from app.engine import AnyEngine, CompileResult, Validation
 from app.engine.validation import validate_output
-from app.exceptions import ReplayTooLong
+from app.exceptions import GrammarTooSlow, ReplayTooLong
 from app.schematests.records import GrammarVerdict, SchemaTest, SchemaTestResult
 
 __all__ = ["run_tests"]
@@ -21,6 +21,10 @@ def _verdict(engine: AnyEngine, grammar: CompileResult, text: str, index: int) -
     except ReplayTooLong as too_long:
         message = f"test {index}: {too_long.message}"
         raise ReplayTooLong(message, pointer=f"/tests/{index}/text") from None
+    except GrammarTooSlow as slow:  # the request's walk budget, spent in this test
+        raise GrammarTooSlow(
+            f"test {index}: {slow.message}", pointer=f"/tests/{index}/text"
+        ) from None
 
 
 def _schema_verdicts(
@@ -56,6 +60,7 @@ def run_tests(
 
     Raises:
         ReplayTooLong: a text (as written or normalised) longer than a replay may walk.
+        GrammarTooSlow: the walks used up the walk budget in force (its test in the pointer).
         SandboxUnconfined, SourceRefused, PydanticFailed: from ``validate_many``.
     """
     schema = json.loads(grammar.spec.source) if grammar.spec.is_json else None

@@ -22,6 +22,7 @@ from app.exceptions import SnapshotTooLarge
 
 __all__ = [
     "ID_PATTERN",
+    "VERDICTS_FACTOR",
     "Added",
     "SnapshotStore",
     "StoredRow",
@@ -30,6 +31,10 @@ __all__ = [
 ]
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{12,16}$"
+
+#: Verdicts may be this many times a snapshot's limit: a test's normalised text (the grammar's
+#: indent) may be longer than the text the snapshot holds.
+VERDICTS_FACTOR = 4
 
 
 def canonical_json(content: dict[str, Any]) -> str:
@@ -90,6 +95,14 @@ class SnapshotStore(ABC):
     @abstractmethod
     def _select_records(self, snapshot_id: str) -> str | None:
         """The recorded trace's JSON text of a snapshot (None: none stored, or no snapshot)."""
+
+    @abstractmethod
+    def _update_verdicts(self, snapshot_id: str, text: str) -> bool:
+        """Set the tests' verdicts of the snapshot ``snapshot_id``, durably; whether it exists."""
+
+    @abstractmethod
+    def _select_verdicts(self, snapshot_id: str) -> str | None:
+        """The tests' verdicts' JSON text of a snapshot (None: none stored, or no snapshot)."""
 
     @abstractmethod
     def _page(self, after: tuple[float, str], batch: int) -> list[StoredRow]:
@@ -164,6 +177,34 @@ class SnapshotStore(ABC):
             return None
         records: list[dict[str, Any]] = json.loads(text)
         return records
+
+    def put_verdicts(self, snapshot_id: str, verdicts: dict[str, Any]) -> bool:
+        """Keep the verdicts a snapshot's tests were last judged with here, beside it and
+        outside the content its id hashes (a GET reads them, never judges). Verdicts larger
+        than ``VERDICTS_FACTOR * max_bytes`` are not kept.
+
+        Returns:
+            Whether they were kept.
+
+        Raises:
+            StoreUnavailable: the database cannot be reached.
+        """
+        text = json.dumps(verdicts, separators=(",", ":"), ensure_ascii=False)
+        if len(text.encode("utf-8")) > VERDICTS_FACTOR * self.max_bytes:
+            return False
+        return self._update_verdicts(snapshot_id, text)
+
+    def get_verdicts(self, snapshot_id: str) -> dict[str, Any] | None:
+        """The verdicts kept for a snapshot's tests, or None (none judged yet, or no snapshot).
+
+        Raises:
+            StoreUnavailable: the database cannot be reached.
+        """
+        text = self._select_verdicts(snapshot_id)
+        if text is None:
+            return None
+        verdicts: dict[str, Any] = json.loads(text)
+        return verdicts
 
     def get(self, snapshot_id: str) -> tuple[dict[str, Any], float] | None:
         """The snapshot and its creation time, or None.

@@ -57,6 +57,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         sqlite=("ALTER TABLE snapshots ADD COLUMN records TEXT",),
         postgres=("ALTER TABLE snapshots ADD COLUMN IF NOT EXISTS records TEXT",),
     ),
+    Migration(
+        3,
+        "the tests' verdicts judged here, beside each snapshot",
+        # Beside the content, like the records: judged again in the background, read by a GET.
+        sqlite=("ALTER TABLE snapshots ADD COLUMN verdicts TEXT",),
+        postgres=("ALTER TABLE snapshots ADD COLUMN IF NOT EXISTS verdicts TEXT",),
+    ),
 )
 
 #: The newest version this code knows.

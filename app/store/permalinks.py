@@ -111,6 +111,20 @@ class SqliteStore(SnapshotStore):
             ).fetchone()
         return None if found is None else found[0]
 
+    def _update_verdicts(self, snapshot_id: str, text: str) -> bool:
+        with self._connect() as db:
+            updated: int = db.execute(
+                "UPDATE snapshots SET verdicts = ? WHERE id = ?", (text, snapshot_id)
+            ).rowcount
+        return updated > 0
+
+    def _select_verdicts(self, snapshot_id: str) -> str | None:
+        with self._connect() as db:
+            found = db.execute(
+                "SELECT verdicts FROM snapshots WHERE id = ?", (snapshot_id,)
+            ).fetchone()
+        return None if found is None else found[0]
+
     def _page(self, after: tuple[float, str], batch: int) -> list[StoredRow]:
         with self._connect() as db:
             page = db.execute(

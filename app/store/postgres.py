@@ -162,6 +162,20 @@ class PostgresStore(SnapshotStore):
             ).fetchone()
         return None if found is None else found[0]
 
+    def _update_verdicts(self, snapshot_id: str, text: str) -> bool:
+        with self._connection() as conn:
+            cursor = conn.execute(
+                "UPDATE snapshots SET verdicts = %s WHERE id = %s", (text, snapshot_id)
+            )
+            return cursor.rowcount > 0
+
+    def _select_verdicts(self, snapshot_id: str) -> str | None:
+        with self._connection() as conn:
+            found = conn.execute(
+                "SELECT verdicts FROM snapshots WHERE id = %s", (snapshot_id,)
+            ).fetchone()
+        return None if found is None else found[0]
+
     def _page(self, after: tuple[float, str], batch: int) -> list[StoredRow]:
         with self._connection() as conn:
             page = conn.execute(

@@ -258,7 +258,7 @@ class DoctorIn(Strict):
         default=DEFAULT_BUDGET_MS,
         ge=100,
         le=MAX_BUDGET_MS,
-        description="time the keyword comparison and the witness search may each take",
+        description="each part's wall-clock safety stop (the work is bounded by counts)",
     )
     max_tokens: int | None = Field(
         default=None, ge=1, le=MAX_TOKENS, description="flagged when below the shortest document"

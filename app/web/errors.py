@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app import exceptions as exc
+from app.jsontext import IntegerTooLong, loads
 from app.paths import pointer_from_parts
 
 __all__ = [
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 STATUS: dict[type[exc.MaskscopeError], int] = {
     exc.GrammarError: 422,
     exc.GrammarTooComplex: 422,
+    exc.GrammarTooSlow: 422,
     exc.SandboxUnconfined: 422,
     exc.InvalidInput: 422,
     exc.NoForwardEngine: 422,
@@ -43,6 +45,8 @@ STATUS: dict[type[exc.MaskscopeError], int] = {
     exc.SessionGone: 410,
     exc.WrongReplica: 421,
     exc.CapacityExceeded: 429,
+    exc.RateLimited: 429,
+    exc.CutShortByLoad: 503,
     exc.NotReady: 503,
     exc.ShuttingDown: 503,
     exc.ModelLoadError: 503,
@@ -153,7 +157,10 @@ def _too_long(problem: dict[str, Any], pointer: str) -> str | None:
 
 async def _maskscope_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, exc.MaskscopeError)
-    return error_response(request, status_of(error), error.to_dict())
+    response = error_response(request, status_of(error), error.to_dict())
+    if isinstance(error, exc.RateLimited):
+        response.headers["Retry-After"] = str(error.retry_after_s)
+    return response
 
 
 async def _validation_error(request: Request, error: Exception) -> Response:
@@ -173,8 +180,29 @@ async def _validation_error(request: Request, error: Exception) -> Response:
     )
 
 
+async def _unreadable_body(request: Request, cause: BaseException | None) -> dict[str, Any] | None:
+    """What kept FastAPI from reading a JSON body (its own answer names no cause): bytes that are
+    not UTF-8, or an integer past Python's limit, by its pointer, line and column."""
+    if isinstance(cause, UnicodeDecodeError):
+        byte = cause.object[cause.start]
+        message = f"malformed JSON: the body is not UTF-8 (byte {byte:#04x} at {cause.start})"
+        return {"message": message, "code": "malformed"}
+    if not isinstance(cause, ValueError):
+        return None
+    try:  # the route read it: the body is kept on the request
+        loads((await request.body()).decode("utf-8"))
+    except IntegerTooLong as too_long:
+        return {"message": f"malformed JSON: {too_long.msg}", "code": "malformed",
+                **too_long.where()}  # fmt: skip
+    except (RuntimeError, ValueError, RecursionError):  # the stream is gone, or another fault
+        pass
+    return None
+
+
 async def _http_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, StarletteHTTPException)
+    if error.status_code == 400 and (body := await _unreadable_body(request, error.__cause__)):
+        return error_response(request, 400, body)
     code = _HTTP_CODES.get(error.status_code, "http_error")
     return error_response(request, error.status_code, {"message": str(error.detail), "code": code})
 

@@ -28,6 +28,7 @@ import anyio
 
 from app.doctor.doctor import RUNNING_AT_ONCE
 from app.doctor.worker import DoctorProcesses
+from app.engine.budget import current_budget
 from app.exceptions import CapacityExceeded, MaskscopeError, ShuttingDown
 from app.settings import Settings
 from app.web.clients import current_client
@@ -199,7 +200,8 @@ class WorkPool:
         A caller cancelled while its job waits for a thread (its client left) takes the job
         out of the queue: it never runs and no longer counts against the client's share. A
         thread cannot be stopped, so a caller cancelled once its job runs waits for it before
-        the cancellation goes on: a lock held around this call (a session's) is then released
+        the cancellation goes on (a walk under the caller's budget is cancelled: it stops at
+        its next token): a lock held around this call (a session's) is then released
         only once the work is really over.
 
         Raises:
@@ -222,6 +224,9 @@ class WorkPool:
             except asyncio.CancelledError:
                 if self._withdraw(job):
                     raise
+                walk = current_budget()  # a walk stops at its next token: the wait is short
+                if walk is not None:
+                    walk.cancel()
                 while not waiting.done():  # cancelled again meanwhile: the thread still runs
                     with contextlib.suppress(asyncio.CancelledError):
                         await asyncio.wait([waiting])
@@ -282,6 +287,9 @@ class Pools:
         compiles: waiting for a compile worker process (cache hits never come here).
         sandbox: waiting for a Pydantic sandbox process.
         replays: walking a text through a grammar (CPU in this process).
+        parses: parsing and checking a tools or structural-tag source (CPU in this process:
+            a second for a large one), and writing its derived ``$model`` schemas in; one at a
+            time.
         doctors: the Doctor's examinations (a few seconds each: compiles, the witness search,
             a sandbox batch); each thread waits for one of ``doctor_workers``.
         doctor_workers: the processes the Doctor examines in (killable, memory-capped);
@@ -292,6 +300,7 @@ class Pools:
     compiles: WorkPool
     sandbox: WorkPool
     replays: WorkPool
+    parses: WorkPool
     doctors: WorkPool
     doctor_workers: DoctorProcesses
 
@@ -308,13 +317,16 @@ class Pools:
             compiles=bounded("compile", threads=settings.compile_workers),
             sandbox=bounded("sandbox run", threads=settings.sandbox_workers, label="sandbox"),
             replays=bounded("replay", threads=settings.compile_workers),
+            # One thread: a second CPU-bound thread holding the GIL slowed every other answer
+            # several times more (bench/flood.py), and a parse takes a second at most.
+            parses=bounded("parse", threads=1),
             doctors=bounded("examination", threads=RUNNING_AT_ONCE, label="doctor"),
             doctor_workers=DoctorProcesses(settings),
         )
 
     def all(self) -> tuple[WorkPool, ...]:
         """Every pool."""
-        return (self.steps, self.compiles, self.sandbox, self.replays, self.doctors)
+        return (self.steps, self.compiles, self.sandbox, self.replays, self.parses, self.doctors)
 
     def shutdown(self) -> None:
         """Shut every pool down; the Doctor's processes are killed at once."""

@@ -13,6 +13,7 @@ from starlette.datastructures import FormData
 
 from app.caps import MAX_STEP_COUNT
 from app.exceptions import InvalidInput
+from app.jsontext import loads
 from app.settings import LOCAL_MODEL_ID
 from app.web.bodies import (
     CompileIn,
@@ -50,7 +51,7 @@ def listed_tests(raw: str) -> tuple[list[Any], list[Any]]:
     """The page's tests (a JSON list of ``{"text", "expect", "recorded"?}``) and, apart, the
     verdicts recorded at share time for the tests that came from a permalink."""
     try:
-        listed = json.loads(raw or "[]")
+        listed = loads(raw or "[]")
     except json.JSONDecodeError as error:
         raise InvalidInput(f"tests: not JSON ({error.msg})", pointer="/tests") from None
     except RecursionError:

@@ -49,6 +49,7 @@ __all__ = [
     "host_name",
     "is_wildcard",
     "load_secret",
+    "origin_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ _SIMPLE_TYPES = frozenset(
     {"application/x-www-form-urlencoded", "multipart/form-data", "text/plain"}
 )
 _WILDCARDS = frozenset({"0.0.0.0", "[::]"})
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 _LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
 # Health probes (a load balancer's, Kubernetes') name the pod's address: they answer nothing
 # a rebinding page could use, so they need no allowed host.
@@ -78,6 +80,23 @@ def host_name(value: str) -> str:
     if value.count(":") > 1:
         return f"[{value}]"
     return value.partition(":")[0].rstrip(".")
+
+
+def origin_of(url: str) -> tuple[str, str, int] | None:
+    """An origin as compared: scheme, host (as :func:`host_name` writes it) and port, the
+    scheme's default port spelled out (``http://Host`` is ``("http", "host", 80)``); None for
+    anything that is no http(s) origin (``null``, a path, a user, a bad port)."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname or parts.username is not None:
+        return None
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        return None
+    try:
+        port = parts.port or _DEFAULT_PORTS[scheme]
+    except ValueError:
+        return None
+    return scheme, host_name(parts.hostname), port
 
 
 def allowed_hosts(settings: Settings) -> frozenset[str]:
@@ -216,7 +235,8 @@ class SecurityGate:
     """The Host, Origin and CSRF checks (403 ``forbidden_origin``) and the security headers.
 
     A state-changing request (POST, PUT, PATCH, DELETE) is refused when it says it comes from
-    another site (``Origin`` not this server's, ``Sec-Fetch-Site: cross-site``), and when a
+    another site (an ``Origin`` whose scheme, host or port is not this server's, as a trusted
+    proxy's ``X-Forwarded-Proto`` and ``-Host`` name it; ``Sec-Fetch-Site: cross-site``), and when a
     browser could have sent it cross-site without a preflight (a form-encoded, multipart or
     text/plain body, or any ``/ui/`` route: the page's) without the page's CSRF token. A JSON
     API call without an ``Origin`` (curl, SDKs, the CLI) needs no token.
@@ -264,10 +284,12 @@ class SecurityGate:
         if request.method not in _UNSAFE:
             return None
         origin = request.headers.get("origin")
-        if origin is not None and not self._same_origin(request, origin):
+        own = f"{request.url.scheme}://{request.headers.get('host', '')}"
+        if origin is not None and not self._same_origin(own, origin):
             return ForbiddenOrigin(
                 f"a {request.method} from the origin {origin!r} is refused: only this server's "
-                f"own pages may change its state (MASKSCOPE_ALLOWED_HOSTS names the others)"
+                f"own pages ({own}, scheme and port included) may change its state; behind a "
+                f"reverse proxy, list it in MASKSCOPE_TRUSTED_PROXIES"
             )
         if request.headers.get("sec-fetch-site") == "cross-site":
             return ForbiddenOrigin(f"a cross-site {request.method} is refused (Sec-Fetch-Site)")
@@ -280,12 +302,15 @@ class SecurityGate:
             )
         return None
 
-    def _same_origin(self, request: Request, origin: str) -> bool:
-        parts = urlsplit(origin)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+    def _same_origin(self, own_url: str, origin: str) -> bool:
+        # Scheme, host and port, as a browser compares them: a page on another port of this
+        # host, or served over the other scheme, is another origin. Another allowed name of
+        # this server on the same scheme and port is this server's page.
+        theirs, own = origin_of(origin), origin_of(own_url)
+        if theirs is None or own is None:
             return False  # "null" (a sandboxed frame, a file) and anything odd
-        own = f"{request.url.scheme}://{request.headers.get('host', '')}".lower()
-        return origin.lower() == own or host_name(parts.netloc) in self.hosts
+        scheme, host, port = theirs
+        return theirs == own or ((scheme, port) == (own[0], own[2]) and host in self.hosts)
 
     def _with_headers(
         self, send: Send, csp_nonce: str, new_cookie: str | None, scheme: str

@@ -21,6 +21,7 @@ from app.store import open_store
 from app.web import render
 from app.web.executors import Pools
 from app.web.metrics import ForwardFigures, Metrics, Watched
+from app.web.quota import PermalinkQuota
 from app.web.services.sessions import SessionStore
 from app.web.stopping import Shutdown
 
@@ -71,6 +72,9 @@ class AppState:
             replica_id=settings.replica_id,
         )
         self.sandbox = Sandbox.from_settings(settings)
+        self.permalink_quota = PermalinkQuota(
+            settings.permalink_quota_per_minute, settings.permalink_quota_bytes
+        )
         self.templates = Jinja2Templates(directory=TEMPLATES_DIR)
         render.install(self.templates.env)
         # SIGTERM (app/cli/serve.py): streams end after their step in flight, no new work is

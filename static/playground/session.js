@@ -283,9 +283,20 @@
     const status = $("#status");
     if (status) status.insertAdjacentHTML("beforeend", '<span class="badge bad restarting">the server is restarting</span>');
   }
+  // A step of the run failed (its walk budget spent: grammar_too_slow): the stream says why in
+  // `failed`, then ends. The steps before it stay; the message goes to the toast.
+  function onRunFailed(event) {
+    setRunning(false);
+    let message = "the run stopped: a step failed";
+    try {
+      message = JSON.parse(event.data).error.message;
+    } catch (_) { /* keep the plain message */ }
+    toast(message);
+  }
   document.addEventListener("htmx:sseOpen", (event) => {
     const source = event.detail.source;
     source.addEventListener("shutdown", () => onServerShutdown(source));
+    source.addEventListener("failed", onRunFailed);
   });
 
   Object.assign(MS, { ensureSession, openPermalink, share, step, back, move, runOrPause, stopRun, runEnded,

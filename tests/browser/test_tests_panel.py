@@ -71,6 +71,8 @@ def test_tests_are_judged_shared_and_restored(page: Page, live_server: str) -> N
     page.goto(url)
     _show_tests(page)
     expect(page.locator("#tests-result .test-row")).to_have_count(3, timeout=60_000)
+    # shown pending at once, then judged by the page
+    expect(page.locator("#tests-result .test-row.pending")).to_have_count(0, timeout=60_000)
     assert _verdicts(page) == before
     expect(page.locator("#tests-result .differs")).to_have_count(0)
     expect(page.locator("#tests-flag")).to_have_text("1")

@@ -18,7 +18,7 @@ import pytest
 from app.doctor.instances import MAX_CHARS, MAX_ITEMS, InstanceDrawer, TooLarge
 from app.doctor.worker import DoctorWorkers, Stop
 from app.engine import CompileOptions, Engine, GrammarKind, GrammarSpec
-from app.exceptions import GrammarTooComplex, NotReady, RequestEnded
+from app.exceptions import CutShortByLoad, NotReady, RequestEnded
 from app.settings import Settings
 
 HUGE_STRING = {"type": "string", "minLength": 1_000_000_000}
@@ -181,11 +181,12 @@ def test_a_stop_kills_the_worker_at_once(workers: DoctorWorkers) -> None:
     assert pid not in workers.busy_pids
 
 
-def test_past_the_hard_limit_the_worker_is_killed(engine: Engine) -> None:
+def test_past_the_safety_stop_the_worker_is_killed_cut_short_by_load(engine: Engine) -> None:
+    """Its work is a fixed count: only load takes it past the stop, never the schema."""
     pool = DoctorWorkers(engine, Settings(), hard_limit=lambda budget_ms: 0.0)
     try:
         stop = Stop()
-        with pytest.raises(GrammarTooComplex, match="hard limit"):
+        with pytest.raises(CutShortByLoad, match="cut short by load"):
             pool.examine(spec(SLOW), seed=0, budget_ms=2000, pydantic=None, max_tokens=None,
                          stop=stop)  # fmt: skip
         assert stop.pid is not None and gone(stop.pid)

@@ -111,7 +111,7 @@ def test_invalid_json_gives_line_and_column(compiler: xgr.GrammarCompiler) -> No
 
 def test_a_schema_must_be_an_object(compiler: xgr.GrammarCompiler) -> None:
     error = _error(_compile(compiler, "json_schema", "[1, 2]"))
-    assert error["message"] == "a JSON Schema is an object or a boolean, got list"
+    assert error["message"] == "a JSON Schema is an object or a boolean, not an array"
 
 
 def test_metaschema_errors_carry_a_pointer(compiler: xgr.GrammarCompiler) -> None:

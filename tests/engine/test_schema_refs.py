@@ -68,7 +68,7 @@ REFUSED: list[tuple[Any, str, str]] = [
     ({"$ref": "#/$defs/missing"}, "/$ref", "its target '/$defs/missing' is not in the document"),
     ({"$ref": "#/$defs/a~1b"}, "/$ref", "not in the document"),
     ({"$ref": "#nowhere"}, "/$ref", "no $anchor or $dynamicAnchor 'nowhere'"),
-    ({"x-data": [1], "$ref": "#/x-data/0"}, "/$ref", "is not a schema (it is a int)"),
+    ({"x-data": [1], "$ref": "#/x-data/0"}, "/$ref", "is not a schema (it is an integer)"),
     ({"items": {"$dynamicRef": "http://127.0.0.1/x#n"}}, "/items/$dynamicRef", "remote"),
     ({"items": {"$ref": "ftp://example.com/s"}}, "/items/$ref", "a remote reference"),
     ({"x-custom": {"$ref": "http://127.0.0.1/"}}, "/x-custom/$ref", "a remote reference"),

@@ -35,7 +35,7 @@ def test_plain_union_member_names_are_dropped() -> None:
 
 def test_a_wrong_top_level_type_and_a_non_object() -> None:
     assert _pointer(json.dumps({"type": "tag", "format": {"type": "any_text"}})) == "/type"
-    with pytest.raises(GrammarError, match="a structural tag is a JSON object, got str"):
+    with pytest.raises(GrammarError, match="a structural tag is a JSON object, not a string"):
         parse_tag('"tag"')
 
 

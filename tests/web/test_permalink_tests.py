@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,12 @@ def test_a_verdict_unlike_the_recorded_one_is_flagged(api: TestClient, shared_ap
     stored, _ = shared_app.state.maskscope.store.get(snapshot_id)
     stored["tests"][0]["recorded"]["grammar"] = True  # as another server judged it
     other_id, _ = shared_app.state.maskscope.store.put(stored)
-    [result] = api.get(f"/api/permalinks/{other_id}").json()["test_results"]
+    # Never judged here yet: pending, and judged in the background (a bounded poll).
+    for _ in range(2000):
+        [result] = api.get(f"/api/permalinks/{other_id}").json()["test_results"]
+        if result["status"] != "pending":
+            break
+        time.sleep(0.05)
     assert result["differs"] is True and result["recorded"]["grammar"] is True
 
 

@@ -156,7 +156,7 @@ def test_malformed_json_has_line_and_column(client: TestClient) -> None:
         2,
         30,
     )
-    assert _error(client, "[1, 2]")["message"] == "a structural tag is a JSON object, got list"
+    assert _error(client, "[1, 2]")["message"] == "a structural tag is a JSON object, not an array"
 
 
 def test_llguidance_says_it_cannot_take_a_tag_of_the_current_form(client: TestClient) -> None:

@@ -141,7 +141,8 @@ def test_kill_9_during_a_burst_of_permalinks_loses_none_acknowledged(
         env = {"MASKSCOPE_DB_URL": f"sqlite:///{tmp_path / 'permalinks.db'}"}
     else:
         env = {"MASKSCOPE_DB_URL": request.getfixturevalue("postgres").new_database()}
-    env = {**env, **_ONE_COMPILER}
+    # A burst from one client: past the default permalink quota of 60 a minute.
+    env = {**env, **_ONE_COMPILER, "MASKSCOPE_PERMALINK_QUOTA_PER_MINUTE": "100000"}
     server = AppProcess(f"kill-{kind}", env=env)
     server.start()
     acknowledged: list[tuple[str, str]] = []

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import llguidance
 import torch
 
+from app.engine.budget import checkpoint
 from app.engine.grammar import CompileResult
 from app.engine.llguidance.compiler import LlguidanceGrammar, fill_bitmask
 
@@ -54,6 +55,7 @@ class LlguidanceMasking:
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor) -> None:
         """See :meth:`MaskingEngine.fill_next_token_bitmask`."""
+        checkpoint()
         if self.is_terminated():
             bitmask[0].zero_()
         else:
@@ -61,6 +63,7 @@ class LlguidanceMasking:
 
     def accept_token(self, token_id: int) -> bool:
         """See :meth:`MaskingEngine.accept_token`."""
+        checkpoint()
         if not self.probe_token(token_id):
             return False
         if not self._matcher.consume_token(token_id):  # validated: only a library fault
@@ -70,6 +73,7 @@ class LlguidanceMasking:
 
     def probe_token(self, token_id: int) -> bool:
         """See :meth:`MaskingEngine.probe_token`; never touches the matcher's state."""
+        checkpoint()
         if self.is_terminated():
             return False
         if token_id in self._stop_ids:
@@ -81,6 +85,7 @@ class LlguidanceMasking:
     def accepts_bytes(self, data: bytes) -> bool:
         """See :meth:`MaskingEngine.accepts_bytes`: the bytes as llguidance tokenizes them
         (llguidance lexes bytes, so any tokenization of them answers alike)."""
+        checkpoint()
         if self.is_terminated():
             return False
         ids = self._tokenizer.tokenize_bytes(data)
@@ -89,6 +94,7 @@ class LlguidanceMasking:
     def accept_bytes(self, data: bytes) -> int:
         """See :meth:`MaskingEngine.accept_bytes`: the bytes as llguidance tokenizes them, one
         rollback step per token."""
+        checkpoint()
         if self.is_terminated():
             return 0
         ids = self._tokenizer.tokenize_bytes(data)
@@ -109,6 +115,7 @@ class LlguidanceMasking:
     def find_jump_forward_string(self) -> str:
         """See :meth:`MaskingEngine.find_jump_forward_string`: llguidance's fast-forward bytes
         (what the grammar forces next), as text."""
+        checkpoint()
         if self.is_terminated():
             return ""
         return self._matcher.compute_ff_bytes().decode("utf-8", errors="replace")

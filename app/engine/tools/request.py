@@ -4,14 +4,15 @@ The source is JSON (the contract's fields: a builder, its format, OpenAI Chat Co
 ``tool_choice``, ``reasoning``, ...). Each bad field is a :class:`GrammarError` with the JSON
 pointer into the source (and its line and column). A tool's ``parameters`` may be
 ``{"$model": "Name"}``, naming a Pydantic model of the source's ``pydantic`` field: parsing only
-lists those references (:attr:`ParsedTools.models`); the web layer derives them in the sandbox and
-:meth:`ParsedTools.resolved` writes each derived schema in the place of its reference.
+lists those references (:attr:`ParsedTools.models`); the web layer and the CLI derive them all in
+one sandbox run, and :meth:`ParsedTools.with_models` writes each derived schema in the place of
+its reference (or raises a model's error, placed).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,13 +22,15 @@ from app.engine.jsonpointer import locate
 from app.engine.jsonschema_safe import error_list, meta_validator
 from app.engine.structural_tag import json_object, tag_error
 from app.engine.tools.base import ToolFormat, ToolsRequest
-from app.exceptions import GrammarError
+from app.exceptions import GrammarError, PydanticFailed
 from app.paths import pointer_from_parts
 
 __all__ = ["MODEL_KEY", "FormatsOf", "ModelRef", "ParsedTools", "parse_tools"]
 
 #: The key of a tool's ``parameters`` that names a Pydantic model of the ``pydantic`` field.
 MODEL_KEY = "$model"
+#: How the sandbox's message for a model the source does not define begins.
+_NO_MODEL = "no model named"
 
 _BUILDERS = ("vllm", "xgrammar")
 _CHOICES = ("none", "auto", "required")
@@ -99,6 +102,34 @@ class ParsedTools:
     def error_at(self, parts: Parts, message: str) -> GrammarError:
         """A :class:`GrammarError` at ``parts`` of the source."""
         return tag_error(self.source, parts, message)
+
+    def with_models(self, derived: Mapping[str, dict[str, Any] | GrammarError]) -> str:
+        """:meth:`resolved` with what the sandbox derived for each model: its schema, or the
+        error deriving it, raised placed (:meth:`model_error`) for the first tool that has one.
+
+        Raises:
+            GrammarError: a model failed (its error placed), or a schema is not a JSON Schema.
+        """
+        schemas: dict[str, dict[str, Any]] = {}
+        for ref in self.models:
+            outcome = derived[ref.name]
+            if isinstance(outcome, GrammarError):
+                raise self.model_error(outcome, ref.parts)
+            schemas[ref.name] = outcome
+        return self.resolved(schemas)
+
+    def model_error(self, error: GrammarError, parts: Parts) -> GrammarError:
+        """The sandbox's ``error`` placed in this source: a model it does not define at the
+        ``$model`` naming it (``parts``), anything else at the ``pydantic`` field. A refused
+        source or an unconfined sandbox keeps its own class (so its code); a Pydantic failure
+        becomes a plain :class:`GrammarError`, as any bad field of the source."""
+        where: Parts = parts if error.message.startswith(_NO_MODEL) else ["pydantic"]
+        located = self.error_at(where, f"the pydantic field: {error.message}")
+        if isinstance(error, PydanticFailed) or type(error) is GrammarError:
+            return located
+        return type(error)(
+            located.message, line=located.line, column=located.column, pointer=located.pointer
+        )
 
 
 def _span(source: str, parts: Parts) -> tuple[int, int]:

@@ -2,11 +2,15 @@
 
 vLLM pins its own xgrammar (0.2.8), so its code runs in its own virtualenv
 (``Settings.vllm_python``, made by ``make vllm-install``): :mod:`app.engine.tools.vllm_runner`,
-one long-lived process per value of ``VLLM_ENFORCE_STRICT_TOOL_CALLING`` (vLLM reads it when its
-parser classes are created, so one process cannot serve both), started on the first call (vLLM's
-imports take seconds), started again when it has died, killed when a call runs past
-``Settings.vllm_timeout_s`` and on :meth:`VllmBuilder.close`. Nothing here starts before a call,
-so a server without ``.venv-vllm`` starts as quickly and lists this builder as unavailable.
+one long-lived process per builder that serves every tokenizer and every value of
+``VLLM_ENFORCE_STRICT_TOOL_CALLING`` (sent with each request), under a memory cap
+(``Settings.vllm_runner_memory_mb``) and with a minimal environment (:mod:`.vllm_process`). It is
+started on first use by a background thread, outside the lock that orders the exchanges with it
+(vLLM's imports take seconds; waiting for them holds no lock), started again when it has died,
+killed when a call runs past ``Settings.vllm_timeout_s`` and on :meth:`VllmBuilder.close`.
+Nothing here starts before a call, so a server without ``.venv-vllm`` starts as quickly and lists
+this builder as unavailable. No answer names a path of the server (the tokenizer's directory, the
+cache, the virtualenv): each is shown by its name.
 
 What xgrammar 0.2.8 (vLLM's) and 0.2.9 (Maskscope's) build differently is not written down
 anywhere: every call vLLM makes into xgrammar's builtin builders is recorded by the runner, asked
@@ -18,131 +22,51 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
-import selectors
-import signal
-import subprocess
-import tempfile
 import threading
-import time
+from concurrent.futures import Future
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from app.engine.tools.base import BuilderName, ToolFormat, ToolsBuild, ToolsRequest
-from app.exceptions import GrammarError, GrammarTooComplex, MaskscopeError
+from app.engine.tools.vllm_process import (
+    RUNNER,
+    STRICT_ENV,
+    RunnerDied,
+    RunnerProcess,
+    runner_environment,
+)
+from app.exceptions import GrammarError, MaskscopeError
 from app.paths import pointer_from_parts
+from app.redact import hide_paths
 from app.settings import Settings
 
 __all__ = ["RUNNER", "VllmBuilder", "version_differences"]
 
-#: The script run with vLLM's Python.
-RUNNER = Path(__file__).resolve().with_name("vllm_runner.py")
 #: What to run when vLLM's virtualenv is missing.
 INSTALL_COMMAND = "make vllm-install"
-_STRICT_ENV = "VLLM_ENFORCE_STRICT_TOOL_CALLING"
-_STDERR_TAIL = 2000
-
-
-class _RunnerDied(Exception):
-    """The runner process ended (or never answered ready) before answering."""
-
-
-class _Runner:
-    """One ``vllm_runner.py`` process: a JSON line in, a JSON line out, one call at a time."""
-
-    def __init__(self, python: Path, environment: dict[str, str], timeout_s: float) -> None:
-        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - kept while it runs
-        self._process = subprocess.Popen(
-            [str(python), "-I", str(RUNNER)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            env=environment,
-            start_new_session=True,
-        )
-        self._buffer = b""
-        hello = self._read_line(timeout_s, what="start (importing vLLM)")
-        self.versions: dict[str, str] = dict(hello.get("versions", {}))
-
-    @property
-    def alive(self) -> bool:
-        return self._process.poll() is None
-
-    @property
-    def pid(self) -> int:
-        return self._process.pid
-
-    def call(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        """Send one request and wait up to ``timeout_s`` for its answer."""
-        assert self._process.stdin is not None
-        try:
-            self._process.stdin.write(json.dumps(message).encode() + b"\n")
-            self._process.stdin.flush()
-        except OSError:  # a broken pipe: it has ended
-            tail = self._stderr_tail()
-            self.kill()
-            raise _RunnerDied(tail) from None
-        return self._read_line(timeout_s, what="answer")
-
-    def _read_line(self, timeout_s: float, *, what: str) -> dict[str, Any]:
-        assert self._process.stdout is not None
-        fd = self._process.stdout.fileno()
-        deadline = time.monotonic() + timeout_s
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
-            while b"\n" not in self._buffer:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    self.kill()
-                    raise GrammarTooComplex(
-                        f"vLLM's tools builder did not {what} within {timeout_s:g} s "
-                        "(MASKSCOPE_VLLM_TIMEOUT_S); its process was stopped"
-                    )
-                if selector.select(left):
-                    chunk = os.read(fd, 1 << 16)
-                    if not chunk:
-                        tail = self._stderr_tail()
-                        self.kill()
-                        raise _RunnerDied(tail)
-                    self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def _stderr_tail(self) -> str:
-        self._stderr.seek(0, os.SEEK_END)
-        size = self._stderr.tell()
-        self._stderr.seek(max(0, size - _STDERR_TAIL))
-        return self._stderr.read().decode("utf-8", "replace").strip()
-
-    def kill(self) -> None:
-        """End the process (its whole group: it is the leader of its own session)."""
-        if self._process.poll() is None:
-            try:
-                os.killpg(self._process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self._process.wait()
-        for stream in (self._process.stdin, self._process.stdout):
-            if stream is not None:
-                stream.close()
-        self._stderr.close()
 
 
 class VllmBuilder:
     """vLLM 0.32.0's tools builder, run from vLLM's own code in its own virtualenv.
 
     Args:
-        settings: where vLLM's Python is (``vllm_python``) and how long a call may take
-            (``vllm_timeout_s``); the configured model's tokenizer is the one :meth:`formats`
-            checks the parsers against. None: ``Settings()``.
+        settings: where vLLM's Python is (``vllm_python``), how long a call may take
+            (``vllm_timeout_s``) and the runner's memory cap (``vllm_runner_memory_mb``); the
+            configured model's tokenizer is the one :meth:`formats` checks the parsers against.
+            None: ``Settings()``.
     """
 
     name: BuilderName = "vllm"
 
     def __init__(self, settings: Settings | None = None) -> None:
         self._settings = settings or Settings()
-        self._runners: dict[bool | None, _Runner] = {}
-        self._lock = threading.Lock()
+        self._state = threading.Lock()  # guards the fields below, held only to read or set them
+        self._runner: RunnerProcess | None = None
+        self._starting: Future[RunnerProcess] | None = None
+        self._spawned: RunnerProcess | None = None  # the process being started
+        self._start_thread: threading.Thread | None = None
+        self._generation = 0  # one more at each close(): a start begun before it is stopped
+        self._exchange = threading.Lock()  # one request and its answer at a time
         self._formats: dict[str, list[ToolFormat]] = {}
 
     def __enter__(self) -> VllmBuilder:
@@ -167,19 +91,26 @@ class VllmBuilder:
         if not self.installed:
             return [
                 self._unavailable(
-                    f"vLLM is not installed ({self._settings.vllm_python} is missing): "
-                    f"run `{INSTALL_COMMAND}`"
+                    f"vLLM is not installed ({self._hide(str(self._settings.vllm_python))} is "
+                    f"missing): run `{INSTALL_COMMAND}`"
                 )
             ]
         try:
             path = tokenizer if tokenizer is not None else self._default_tokenizer()
             if path not in self._formats:
-                answer, _ = self._call(None, {"op": "formats", "tokenizer": path})
+                answer, _ = self._call(None, {"op": "formats", "tokenizer": path}, path)
                 self._formats[path] = [
-                    ToolFormat(builder=self.name, **entry) for entry in answer["formats"]
+                    ToolFormat(
+                        builder=self.name,
+                        **{
+                            **entry,
+                            "reason": entry["reason"] and self._hide(entry["reason"], path),
+                        },
+                    )
+                    for entry in answer["formats"]
                 ]
         except MaskscopeError as error:  # a virtualenv that does not run, a model not there
-            return [self._unavailable(error.message)]
+            return [self._unavailable(self._hide(error.message))]
         return list(self._formats[path])
 
     def _unavailable(self, reason: str) -> ToolFormat:
@@ -207,8 +138,9 @@ class VllmBuilder:
         """
         if not self.installed:
             raise GrammarError(
-                f"the vLLM tools builder is unavailable: {self._settings.vllm_python} is "
-                f"missing; run `{INSTALL_COMMAND}`",
+                f"the vLLM tools builder is unavailable: "
+                f"{self._hide(str(self._settings.vllm_python))} is missing; run "
+                f"`{INSTALL_COMMAND}`",
                 pointer="/builder",
             )
         message = {
@@ -223,7 +155,7 @@ class VllmBuilder:
             "reasoning_parser": request.reasoning_parser,
             "response_format": request.response_format,
         }
-        answer, versions = self._call(request.strict_tool_calling, message)
+        answer, versions = self._call(request.strict_tool_calling, message, tokenizer)
         notes: list[str] = []
         if answer["tag"] is not None:
             notes.append(
@@ -237,23 +169,33 @@ class VllmBuilder:
             notes.append(f"reasoning end marker unavailable: {answer['reasoning_end_unavailable']}")
         return ToolsBuild(
             tag=answer["tag"],
-            reason=answer["reason"],
+            reason=None if answer["reason"] is None else self._hide(answer["reason"], tokenizer),
             reasoning_end=answer["reasoning_end"],
             builder_versions=dict(versions),
             notes=tuple(notes),
         )
 
     def runner_pid(self, strict_tool_calling: bool | None = None) -> int | None:
-        """The id of the live runner process for this ``strict_tool_calling``, if one runs."""
-        runner = self._runners.get(strict_tool_calling)
+        """The id of the live runner process, if one runs (one serves every
+        ``strict_tool_calling``: the argument is accepted and changes nothing)."""
+        with self._state:
+            runner = self._runner
         return runner.pid if runner is not None and runner.alive else None
 
     def close(self) -> None:
-        """Kill every runner process this builder started."""
-        with self._lock:
-            for runner in self._runners.values():
+        """Kill the runner process, and the one being started (whose build is refused)."""
+        with self._state:
+            self._generation += 1
+            runner, self._runner = self._runner, None
+            spawned, thread = self._spawned, self._start_thread
+        for process in (runner, spawned):
+            if process is not None:
+                process.stop()
+        if thread is not None:
+            thread.join()  # it reaps the process it started
+        if runner is not None:
+            with self._exchange:  # an exchange in flight ends at once: its process is gone
                 runner.kill()
-            self._runners.clear()
 
     def _default_tokenizer(self) -> str:
         from app.engine.model import checkpoint_source
@@ -261,46 +203,116 @@ class VllmBuilder:
         return checkpoint_source(self._settings)
 
     def _call(
-        self, strict: bool | None, message: dict[str, Any]
+        self, strict: bool | None, message: dict[str, Any], tokenizer: str
     ) -> tuple[dict[str, Any], dict[str, str]]:
-        """The runner's answer to ``message`` and the versions it runs."""
-        with self._lock:
+        """The runner's answer to ``message`` under ``strict``, and the versions it runs.
+
+        A runner that died between calls (or in this one) is replaced once.
+        """
+        message = {**message, "strict": _strict_setting(strict)}
+        for attempt in (1, 2):
+            runner = self._ready_runner()
             try:
-                runner = self._runner(strict)
-                answer = runner.call(message, self._settings.vllm_timeout_s)
-            except _RunnerDied:
-                # A runner that died between calls (or in this one) is replaced once.
-                self._runners.pop(strict, None)
-                try:
-                    runner = self._runner(strict)
+                with self._exchange:
                     answer = runner.call(message, self._settings.vllm_timeout_s)
-                except _RunnerDied as died:
-                    self._runners.pop(strict, None)
-                    raise GrammarError(
-                        f"vLLM's tools builder ended without answering: {died}"
-                    ) from None
+                break
+            except RunnerDied as died:
+                with self._state:
+                    if self._runner is runner:
+                        self._runner = None
+                if attempt == 2:
+                    message_ = self._died_message(died, "ended without answering")
+                    raise GrammarError(message_) from None
         if "error" in answer:
             error = answer["error"]
             loc = error.get("loc") or []
-            raise GrammarError(error["message"], pointer=pointer_from_parts(loc) if loc else None)
+            text = self._hide(error["message"], tokenizer)
+            if error.get("type") == "memory":
+                text = f"{text} ({self._cap()})"
+            raise GrammarError(text, pointer=pointer_from_parts(loc) if loc else None)
         return answer, dict(runner.versions)
 
-    def _runner(self, strict: bool | None) -> _Runner:
-        runner = self._runners.get(strict)
-        if runner is not None and runner.alive:
-            return runner
-        if runner is not None:
-            runner.kill()
-        environment = {k: v for k, v in os.environ.items() if k != _STRICT_ENV}
-        if strict is not None:
-            environment[_STRICT_ENV] = "1" if strict else "0"
-        environment.setdefault("TOKENIZERS_PARALLELISM", "false")
+    def _ready_runner(self) -> RunnerProcess:
+        """The runner (perhaps dead since: the exchange finds out), or the one being started,
+        waited for with no lock held."""
+        with self._state:
+            if self._runner is not None:
+                return self._runner
+            if self._starting is None:
+                self._starting = Future()
+                self._start_thread = threading.Thread(
+                    target=self._start,
+                    args=(self._starting, self._generation),
+                    name="vllm-runner-start",
+                    daemon=True,
+                )
+                self._start_thread.start()
+            starting = self._starting
+        return starting.result()  # the start has its own time limit (vllm_timeout_s)
+
+    def _start(self, future: Future[RunnerProcess], generation: int) -> None:
+        """Start the runner and wait for it to import vLLM (in its own thread)."""
+        process: RunnerProcess | None = None
+        error: BaseException | None = None
         try:
-            runner = _Runner(self._settings.vllm_python, environment, self._settings.vllm_timeout_s)
-        except _RunnerDied as died:
-            raise GrammarError(f"vLLM's tools builder did not start: {died}") from None
-        self._runners[strict] = runner
-        return runner
+            process = RunnerProcess(
+                self._settings.vllm_python,
+                runner_environment(os.environ),
+                self._settings.vllm_runner_memory_mb,
+            )
+            with self._state:
+                self._spawned = process
+                if generation != self._generation:
+                    process.stop()
+            process.wait_ready(self._settings.vllm_timeout_s)
+        except RunnerDied as died:
+            error = GrammarError(self._died_message(died, "did not start"))
+        except OSError as failed:  # vLLM's Python cannot be run
+            error = GrammarError(f"vLLM's tools builder did not start: {self._hide(str(failed))}")
+        except BaseException as other:  # the time limit, or anything else: the waiters get it
+            error = other
+        with self._state:
+            self._spawned = self._starting = None
+            if generation != self._generation:  # stopped by close(), or done too late for it
+                error = GrammarError("vLLM's tools builder was closed while it started")
+            if error is None:
+                self._runner = process
+        if error is None:
+            assert process is not None
+            future.set_result(process)
+            return
+        if process is not None:
+            process.kill()
+        future.set_exception(error)
+
+    def _cap(self) -> str:
+        mb = self._settings.vllm_runner_memory_mb
+        return f"its memory cap is {mb} MB, MASKSCOPE_VLLM_RUNNER_MEMORY_MB"
+
+    def _died_message(self, died: RunnerDied, what: str) -> str:
+        if died.out_of_memory:
+            last = (died.tail.splitlines() or [""])[-1]
+            return self._hide(
+                f"vLLM's tools builder {what}: it ran out of memory ({self._cap()}): {last}"
+            )
+        return self._hide(f"vLLM's tools builder {what}: {died.tail}")
+
+    def _hide(self, text: str, tokenizer: str | None = None) -> str:
+        """``text`` without a path of this server: the tokenizer's directory, vLLM's
+        virtualenv, the cache and the home directory are shown by their names."""
+        venv = self._settings.vllm_python.parent.parent
+        named = [(self._settings.cache_dir, "<cache_dir>"), (venv, venv.name)]
+        if tokenizer:
+            named.append((Path(tokenizer), Path(tokenizer).name))
+        return hide_paths(text, named)
+
+
+def _strict_setting(strict: bool | None) -> str | None:
+    """``VLLM_ENFORCE_STRICT_TOOL_CALLING`` for a request: None is the server's own (unset:
+    vLLM's default)."""
+    if strict is None:
+        return os.environ.get(STRICT_ENV)
+    return "1" if strict else "0"
 
 
 def version_differences(kwargs: dict[str, Any], theirs: dict[str, Any], version: str) -> list[str]:

@@ -1,8 +1,12 @@
 """vLLM's own tool-call code, run in vLLM's virtualenv: JSON requests on stdin, answers on stdout.
 
-Run as ``<.venv-vllm>/bin/python -I vllm_runner.py``; it imports only the standard library and
-vLLM (with the xgrammar vLLM pins), never Maskscope. One JSON object a line each way. The first
-line it writes is ``{"ready": true, "versions": {...}}``; then, for each request line:
+Run as ``<.venv-vllm>/bin/python -I vllm_runner.py [--memory-mb N]``; it imports only the
+standard library and vLLM (with the xgrammar vLLM pins), never Maskscope. ``--memory-mb`` caps
+its data segment (``RLIMIT_DATA``, set before vLLM is imported: ``RLIMIT_AS`` would break torch's
+imports, which reserve far more address space than they use). One JSON object a line each way.
+The first line it writes is ``{"ready": true, "versions": {...}}``; then, for each request line
+(each may carry ``"strict": str|None``, the value of ``VLLM_ENFORCE_STRICT_TOOL_CALLING`` it is
+answered under; null: unset, vLLM's default):
 
 - ``{"op": "formats", "tokenizer": str}`` -> ``{"formats": [{"name", "builds_tag",
   "reasoning_end", "available", "reason"}]}``: every ``--tool-call-parser`` vLLM registers.
@@ -12,7 +16,8 @@ line it writes is ``{"ready": true, "versions": {...}}``; then, for each request
   "reason": str|None, "reasoning_end": str|None, "reasoning_end_unavailable": str|None,
   "xgrammar_calls": [{"kwargs", "tag"}]}``.
 
-An answer that failed is ``{"error": {"message", "type", "loc"}}``. The request goes through
+An answer that failed is ``{"error": {"message", "type", "loc"}}`` (``type`` ``"memory"``: the
+request needed more than the cap, even with the tokenizers forgotten). The request goes through
 the path vLLM's OpenAI server takes: ``ParserManager.get_parser`` (which checks the parsers
 against the tokenizer, as ``vllm serve`` does at start-up), the composed parser built on the
 tokenizer, and its ``adjust_request`` (``_apply_structural_tag``, or a parser's override).
@@ -20,10 +25,22 @@ tokenizer, and its ``adjust_request`` (``_apply_structural_tag``, or a parser's 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import resource
 import sys
+from collections import OrderedDict
 from typing import Any
+
+
+def _cap_memory(argv: list[str]) -> None:
+    if "--memory-mb" in argv:
+        cap = int(argv[argv.index("--memory-mb") + 1]) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+
+
+_cap_memory(sys.argv)
 
 # vLLM logs to stdout: the answers get a private copy of it, and stdout becomes stderr.
 _ANSWERS = os.fdopen(os.dup(1), "w", encoding="utf-8")
@@ -57,6 +74,47 @@ def _jsonable(value: Any) -> Any:
 
 xgrammar.get_model_structural_tag = _recording_get_model_structural_tag
 
+# vLLM reads VLLM_ENFORCE_STRICT_TOOL_CALLING lazily (``vllm.envs.__getattr__``), except in
+# ``ToolParser.__init_subclass__``, which sets ``supports_required_and_named = False`` on each
+# parser class with a structural-tag model when the class is created under strict calling. So
+# that one process answers every setting, vLLM's own hook is run again on every parser class,
+# under each request's setting (installed before any parser class exists; they load lazily).
+from vllm.tool_parsers.abstract_tool_parser import ToolParser  # noqa: E402
+
+_STRICT_ENV = "VLLM_ENFORCE_STRICT_TOOL_CALLING"
+_ATTRIBUTE = "supports_required_and_named"
+_ABSENT = object()
+_vllm_init_subclass = ToolParser.__dict__["__init_subclass__"].__func__
+#: Every parser class, with its own declared value of the attribute (before vLLM's hook).
+_PARSER_CLASSES: dict[type, object] = {}
+
+
+def _init_subclass(cls: type, /, **kwargs: Any) -> None:
+    _PARSER_CLASSES[cls] = cls.__dict__.get(_ATTRIBUTE, _ABSENT)
+    _vllm_init_subclass(cls, **kwargs)
+
+
+ToolParser.__init_subclass__ = classmethod(_init_subclass)
+
+
+def _apply_strict(setting: str | None) -> None:
+    """Answer as a process started with ``VLLM_ENFORCE_STRICT_TOOL_CALLING=setting`` would."""
+    if setting is None:
+        os.environ.pop(_STRICT_ENV, None)
+    else:
+        os.environ[_STRICT_ENV] = setting
+    from vllm import envs
+
+    envs.disable_envs_cache()  # never enabled outside vLLM's engine; made sure
+    for cls, declared in _PARSER_CLASSES.items():  # parents first: the order they were made
+        if declared is _ABSENT:
+            if _ATTRIBUTE in cls.__dict__:
+                delattr(cls, _ATTRIBUTE)
+        else:
+            setattr(cls, _ATTRIBUTE, declared)
+        _vllm_init_subclass(cls)
+
+
 import vllm  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: E402
@@ -68,7 +126,9 @@ from vllm.tool_parsers import ToolParserManager  # noqa: E402
 from vllm.tool_parsers.tool_strict_level import ToolStrictLevel  # noqa: E402
 from vllm.utils.mistral import is_mistral_tokenizer, is_mistral_tool_parser  # noqa: E402
 
-_TOKENIZERS: dict[str, Any] = {}
+#: The tokenizers loaded, most recently used last; a few are kept (each is tens to hundreds of MB).
+_TOKENIZERS: OrderedDict[str, Any] = OrderedDict()
+_KEPT_TOKENIZERS = 3
 
 
 class _Refused(Exception):
@@ -81,7 +141,10 @@ class _Refused(Exception):
 
 def _tokenizer(path: str) -> Any:
     if path not in _TOKENIZERS:
+        while len(_TOKENIZERS) >= _KEPT_TOKENIZERS:
+            _TOKENIZERS.popitem(last=False)
         _TOKENIZERS[path] = get_tokenizer(path)
+    _TOKENIZERS.move_to_end(path)
     return _TOKENIZERS[path]
 
 
@@ -272,6 +335,23 @@ def _no_tag_reason(message: dict[str, Any], parser_cls: Any, outputs: Any) -> st
 
 def _answer(message: dict[str, Any]) -> dict[str, Any]:
     try:
+        return _answer_once(message)
+    except MemoryError:
+        pass  # the tokenizers kept are the memory there is to give back: forget them, once
+    _TOKENIZERS.clear()
+    gc.collect()
+    try:
+        return _answer_once(message)
+    except MemoryError:
+        _TOKENIZERS.clear()
+        gc.collect()
+        said = "the request needs more memory than the runner's cap, even alone"
+        return {"error": {"message": said, "type": "memory"}}
+
+
+def _answer_once(message: dict[str, Any]) -> dict[str, Any]:
+    try:
+        _apply_strict(message.get("strict"))
         if message.get("op") == "formats":
             return formats(message["tokenizer"])
         if message.get("op") == "build":
@@ -279,6 +359,8 @@ def _answer(message: dict[str, Any]) -> dict[str, Any]:
         return {"error": {"message": f"unknown op {message.get('op')!r}", "type": "op"}}
     except _Refused as error:
         return {"error": {"message": str(error), "type": "refused", "loc": error.loc}}
+    except MemoryError:
+        raise
     except Exception as error:  # anything else vLLM raises: reported, the runner lives on
         return {"error": {"message": f"{type(error).__name__}: {error}", "type": "internal"}}
 

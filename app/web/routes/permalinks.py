@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from fastapi.responses import JSONResponse, Response
 
+from app.web import quota
 from app.web.bodies import OpenPermalinkIn, PermalinkIn
 from app.web.deps import EngineDep, StateDep
 from app.web.rootpath import url
@@ -23,8 +24,12 @@ router = APIRouter()
              responses={200: {"description": "the same snapshot already existed"}})  # fmt: skip
 async def create_permalink(body: PermalinkIn, state: StateDep) -> JSONResponse:
     """Store an immutable snapshot; equal content gives an equal id (201 new, 200 existing).
-    Its schema unit tests (``tests``) are run, and their verdicts kept with them."""
+    Its schema unit tests (``tests``) are run, and their verdicts kept with them. 429
+    ``rate_limited`` (``Retry-After``) past the client's permalink quota (app/web/quota.py)."""
+    client = quota.admit_permalink(state.permalink_quota)
     snapshot_id, created = await sharing.share_request(state, body)
+    if created:
+        await quota.charge_permalink(state.permalink_quota, state.store, client, snapshot_id)
     return JSONResponse(
         {"id": snapshot_id, "url": url(f"/s/{snapshot_id}")}, status_code=201 if created else 200
     )
@@ -35,12 +40,13 @@ async def get_permalink(
     snapshot_id: Annotated[str, Path(max_length=64)], state: StateDep, _: EngineDep
 ) -> dict[str, Any]:
     """The stored snapshot, with the model and versions recorded at share time, and what differs
-    from this server's; its tests (``[]`` when it holds none) judged again here
-    (``test_results``, each with ``differs`` from the verdicts recorded at share time)."""
+    from this server's; its tests (``[]`` when it holds none) with the verdicts kept from their
+    last judgement here (``test_results``, each with ``differs`` from the verdicts recorded at
+    share time, and ``status``: ``pending`` while they are judged again in the background)."""
     snapshot, created = await sharing.load(state, snapshot_id)
     differences = sharing.differences(state, snapshot)
     engine = sharing.engine_of(state, snapshot)
-    results = await sharing.test_results(state, engine, snapshot) if engine else []
+    results = await sharing.test_results(state, engine, snapshot_id, snapshot) if engine else []
     return {"id": snapshot_id, "created_at": created, "tests": [], **snapshot,
             "differences": differences, "test_results": results}  # fmt: skip
 

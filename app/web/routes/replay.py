@@ -10,6 +10,7 @@ from app.web.deps import StateDep
 from app.web.routes.encoding import json_response
 from app.web.services import actions
 from app.web.services.replay_cause import with_cause
+from app.web.services.walks import request_budget
 
 __all__ = ["router"]
 
@@ -21,7 +22,10 @@ async def replay(body: ReplayIn, state: StateDep) -> Response:
     """Walk a text, token ids (or a pasted vLLM log line's), or both through the grammar,
     without the model (with the tokenizer of the one ``model`` names): at most
     ``MASKSCOPE_REPLAY_MAX_TOKENS`` tokens (413 beyond), bitmasks only for ``bitmask_for``. The
-    first refused token is explained in ``refusal``."""
+    first refused token is explained in ``refusal``. The walk may use ``MASKSCOPE_WALK_BUDGET_S``
+    of CPU (422 ``grammar_too_slow`` beyond, naming how far it got) and stops when the client
+    leaves."""
     engine = state.engine_for(body.model)
-    result = await with_cause(state, engine, body, await actions.replay(state, engine, body))
+    with request_budget(state, "the replay"):  # one budget for the replay and its re-walks
+        result = await with_cause(state, engine, body, await actions.replay(state, engine, body))
     return await json_response(result.to_dict())

@@ -38,7 +38,8 @@ async def get_session(handle: HandleDep, state: StateDep) -> Response:
 
 @router.post("/api/sessions/{session_id}/step", tags=["sessions"])
 async def step(handle: HandleDep, state: StateDep, body: CountIn | None = None) -> Response:
-    """Take ``n`` steps (409 if the session has stopped)."""
+    """Take ``n`` steps (409 if the session has stopped; 422 ``grammar_too_slow`` for a step
+    past ``MASKSCOPE_WALK_BUDGET_S``, which leaves no trace: the steps before it are kept)."""
     steps = await actions.step(state, handle, (body or CountIn()).n)
     return await json_response(await actions.step_response(state, handle, steps))
 
@@ -85,6 +86,8 @@ async def events(
     or, with ``format=json``, its record; then ``done`` or ``paused``, then ``end`` (SSE id
     ``end``). A reconnect with ``Last-Event-ID`` resumes after that step with every index sent
     exactly once, and never restarts a run that is over; a reconnect after ``end`` gets 204.
+    A step that fails (past ``MASKSCOPE_WALK_BUDGET_S``: ``grammar_too_slow``) ends the run
+    with ``error`` (``{"error": {"code", "message"}}``), then ``end``.
     """
     if last_event_id == END_ID:
         return Response(status_code=204)

@@ -24,7 +24,9 @@ async def schema_tests(body: SchemaTestsIn, state: StateDep) -> dict[str, Any]:
     """Run schema unit tests: each text is judged by the grammar (a replay; a JSON document also
     in the form the grammar writes it, ``normalized``, on which the test is judged) and by the
     schema (jsonschema, or the Pydantic model; null for EBNF and regex). A test passes when the
-    grammar's verdict is the one expected; ``disagree`` flags grammar and schema differing."""
+    grammar's verdict is the one expected; ``disagree`` flags grammar and schema differing. The
+    tests' walks share ``MASKSCOPE_WALK_BUDGET_S`` of CPU (422 ``grammar_too_slow`` beyond, its
+    pointer naming the test)."""
     check_test_sizes(body.tests)
     results = await run(state, state.engine_for(body.model), body.grammar, body.tests)
     return {"results": [r.to_dict() for r in results]}

@@ -25,6 +25,7 @@ from app.exceptions import InvalidInput, RunInProgress
 from app.sandbox.sandbox import PydanticSchema
 from app.web.bodies import GrammarIn, ReplayIn, SessionIn
 from app.web.clients import current_client
+from app.web.services import walks
 from app.web.services.sessions import SessionHandle
 from app.web.services.tools import tools_answer, tools_source
 from app.web.state import AppState
@@ -230,15 +231,22 @@ def _idle(handle: SessionHandle) -> None:
 
 
 async def step(state: AppState, handle: SessionHandle, n: int) -> list[StepRecord]:
-    """Take ``n`` steps (fewer if the session stops); SessionFinished if it already has."""
+    """Take ``n`` steps (fewer if the session stops); SessionFinished if it already has.
+
+    Each step has a walk budget of its own: one past it is a 422 ``grammar_too_slow`` and
+    leaves no trace (the steps before it are kept, and the session stays usable: going back
+    makes the next step cheaper)."""
     _idle(handle)
 
-    def work() -> list[StepRecord]:
-        first = handle.session.step()
-        return [first, *handle.session.run(n - 1)]
+    def work(each: walks.Budgeted) -> list[StepRecord]:
+        session = handle.session
+        records = [each(session.step)]
+        while len(records) < n and not session.done:
+            records.append(each(session.step))
+        return records
 
     async with handle.lock:
-        records = await state.pools.steps.run(work)
+        records = await walks.stepped(state, handle.session, work)
     state.sessions.enforce_memory(keep=handle)
     return records
 
@@ -258,9 +266,11 @@ async def force(
     session = handle.session
     async with handle.lock:
         if at is None:
-            record = await state.pools.steps.run(session.force, token_id)
+            record = await walks.stepped(state, session, lambda each: each(session.force, token_id))
         else:
-            record = await state.pools.steps.run(session.force_at, at, token_id)
+            record = await walks.stepped(
+                state, session, lambda each: each(session.force_at, at, token_id)
+            )
     state.sessions.enforce_memory(keep=handle)
     return record
 
@@ -269,7 +279,10 @@ async def replay(state: AppState, engine: AnyEngine, body: ReplayIn) -> ReplayRe
     """Walk the text or token ids through the grammar (413 past the token cap)."""
     grammar, _ = await compile_grammar(state, engine, body.grammar)
     compare = await compiled_follower(state, engine, grammar.spec, body.compare)
-    return await state.pools.replays.run(
+    return await walks.walked(
+        state,
+        state.pools.replays,
+        "the replay",
         engine.replay,
         grammar,
         text=body.text,
@@ -300,7 +313,7 @@ async def replay_token(
         ids = (engine.model.tokens.encode(text) + list(token_ids))[: index + 1]
         return engine.replay(grammar, token_ids=ids, bitmask_for=(index,))
 
-    result = await state.pools.replays.run(work)
+    result = await walks.walked(state, state.pools.replays, "the replay", work)
     if index >= len(result.tokens):
         raise InvalidInput(f"token {index} does not exist (the replay has {len(result.tokens)})")
     return result.tokens[index]

@@ -53,7 +53,9 @@ async def examine(
 
     Raises:
         GrammarError: the request does not compile, or (``GrammarTooComplex``) the examination
-            ran past its hard time or memory limit.
+            ran past its memory limit: properties of the schema.
+        CutShortByLoad: the examination ran past its wall-clock safety stop (its work is a
+            fixed count, so only load takes it there): a 503, never ``grammar_too_complex``.
         RequestEnded: the client left; the examination was stopped.
     """
     resolved = await actions.resolve(state, body.grammar)

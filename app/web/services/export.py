@@ -14,6 +14,7 @@ from app.engine.tools.compile import tag_source
 from app.exceptions import GrammarError
 from app.export import ExportRequest, Message, PydanticSource, Sampling
 from app.export.tools import tools_export
+from app.jsontext import loads
 from app.sandbox.sandbox import PydanticSchema
 from app.settings import EMBEDDED_HF_ID, EMBEDDED_MODEL, Settings
 from app.web.bodies import SessionIn
@@ -31,7 +32,7 @@ def served_model(settings: Settings) -> str:
 
 def _schema(source: str) -> Any:
     try:
-        return json.loads(source)
+        return loads(source)
     except json.JSONDecodeError as exc:
         raise GrammarError(
             f"invalid JSON: {exc.msg}", line=exc.lineno, column=exc.colno, pointer="/grammar/source"
@@ -59,11 +60,11 @@ async def export_request(
     derived = resolved.pydantic
     sampling = body.sampling
     schema = _schema(spec.source) if spec.is_json else None
-    # llguidance compiles the schema as vLLM's guidance backend would: off the event loop
-    route = await asyncio.to_thread(_vllm_route, engine, schema)
+    # llguidance compiles the schema as vLLM's guidance backend would: on the bounded pool
+    route = await state.pools.parses.run(_vllm_route, engine, schema)
     kind, source, legacy_tag = spec.kind, spec.source, None
     if spec.kind is GrammarKind.STRUCTURAL_TAG:  # as compiled: a legacy tag in its current form
-        parsed = await asyncio.to_thread(parse_tag, source)
+        parsed = await state.pools.parses.run(parse_tag, source)
         source = parsed.tag_json
         legacy_tag = json.loads(spec.source) if parsed.legacy else None
     tools = None

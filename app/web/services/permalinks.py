@@ -29,7 +29,7 @@ from app.web.bodies import (
     SessionIn,
     check_test_sizes,
 )
-from app.web.services import actions, schema_tests
+from app.web.services import actions, rejudge, schema_tests
 from app.web.services.recorded import RecordedStep, chip_records, recorded_steps
 from app.web.services.sessions import SessionHandle
 from app.web.state import AppState
@@ -56,31 +56,38 @@ _DEFAULTS = {**field_defaults(SessionIn, at="request"), "tests": []}
 
 async def recorded_tests(
     state: AppState, engine: AnyEngine, grammar: GrammarIn, tests: Sequence[SchemaTestIn]
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """The tests as a snapshot keeps them: text, expectation, and the verdicts at share time
-    (``passed``, the grammar's and the schema's)."""
+    (``passed``, the grammar's and the schema's); and the results to keep beside it (None
+    without tests), which a GET then reads.
+
+    Raises:
+        GrammarTooSlow: the walks ran past ``MASKSCOPE_WALK_BUDGET_S``.
+    """
     if not tests:
-        return []
-    results = await schema_tests.run(state, engine, grammar, tests)
-    return [{**r.test.to_dict(), "recorded": r.verdicts()} for r in results]
+        return [], None
+    with rejudge.walk_budget(state, "the tests").running():
+        results = await schema_tests.run(state, engine, grammar, tests)
+    recorded = [{**r.test.to_dict(), "recorded": r.verdicts()} for r in results]
+    return recorded, rejudge.kept(rejudge.judge_key(state, engine), results)
 
 
 async def test_results(
-    state: AppState, engine: AnyEngine, snapshot: dict[str, Any]
+    state: AppState, engine: AnyEngine, snapshot_id: str, snapshot: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """The snapshot's tests judged again here; ``differs`` says a verdict is not the one
-    recorded at share time."""
+    """The snapshot's tests with the verdicts last judged here, read: never judged on this
+    path. When none are kept yet, or they were judged with another model, library or walk
+    budget, each test is ``"status": "pending"`` (with the verdict kept, if any) and they are
+    judged again in the background; ``differs`` says a verdict is not the one recorded at
+    share time."""
     stored = snapshot.get("tests") or []
     if not stored:
         return []
-    grammar = GrammarIn.model_validate(snapshot["request"]["grammar"])
-    tests = [SchemaTestIn(text=t["text"], expect=t["expect"]) for t in stored]
-    results = await schema_tests.run(state, engine, grammar, tests)
-    return [
-        {**r.to_dict(), "text": t["text"], "recorded": t.get("recorded"),
-         "differs": t.get("recorded") != r.verdicts()}
-        for r, t in zip(results, stored, strict=True)
-    ]  # fmt: skip
+    verdicts = await asyncio.to_thread(state.store.get_verdicts, snapshot_id)
+    final = rejudge.current(verdicts, rejudge.judge_key(state, engine), len(stored))
+    if not final:
+        rejudge.rejudging(state).schedule(state, engine, snapshot_id, snapshot)
+    return rejudge.results(stored, verdicts, pending=not final)
 
 
 def _snapshot(
@@ -254,11 +261,14 @@ async def share_request(state: AppState, body: PermalinkIn) -> tuple[str, bool]:
     body.check_size(state.settings)
     check_test_sizes(body.tests)
     engine = state.engine_for(body.model)
-    tests = await recorded_tests(state, engine, body.grammar, body.tests)
+    tests, verdicts = await recorded_tests(state, engine, body.grammar, body.tests)
 
     def store() -> tuple[str, bool]:
         snapshot = snapshot_of_request(body, engine.model.identity, tests=tests)
-        return state.store.put(snapshot)
+        stored = state.store.put(snapshot)
+        if verdicts is not None:  # beside the snapshot: what its GETs read
+            state.store.put_verdicts(stored[0], verdicts)
+        return stored
 
     return await asyncio.to_thread(store)
 
@@ -268,7 +278,7 @@ async def share_session(state: AppState, handle: SessionHandle, body: SchemaTest
     their verdicts; the snapshot's id."""
     check_test_sizes(body.tests)
     engine = state.engine_for(handle.request["model"])
-    tests = await recorded_tests(state, engine, body.grammar, body.tests)
+    tests, verdicts = await recorded_tests(state, engine, body.grammar, body.tests)
 
     records = chip_records(handle.session.steps)
 
@@ -276,6 +286,8 @@ async def share_session(state: AppState, handle: SessionHandle, body: SchemaTest
         stored = state.store.put(snapshot_of_session(handle, tests=tests))
         # Beside the snapshot, not in it: the id stays the hash of the content.
         state.store.put_records(stored[0], records)
+        if verdicts is not None:
+            state.store.put_verdicts(stored[0], verdicts)
         return stored
 
     snapshot_id, _ = await asyncio.to_thread(store)

@@ -10,7 +10,7 @@ from app.doctor.replay_cause import ReplayCause, explain
 from app.doctor.source_lines import json_lines, pydantic_lines
 from app.engine import PRESETS, AnyEngine, ReplayResult
 from app.web.bodies import GrammarIn, OptionsIn, ReplayIn
-from app.web.services import actions
+from app.web.services import actions, walks
 from app.web.state import AppState
 
 __all__ = ["replay_cause", "walked_text", "with_cause"]
@@ -53,14 +53,17 @@ async def replay_cause(
                     options=spec.options, line_of=line_of)  # fmt: skip
     accepted_by: list[str] = []
     if presets and cause is not None and cause.whitespace and body.text and not body.token_ids:
-        for name in PRESETS:
-            options = OptionsIn.model_validate(
-                {"preset": name, "root_model": body.grammar.options.root_model}
-            )
-            grammar = GrammarIn(kind=body.grammar.kind, source=body.grammar.source, options=options)
-            other = await actions.replay(state, engine, ReplayIn(grammar=grammar, text=body.text))
-            if other.rejection is None or other.rejection.offset > rejection.offset:
-                accepted_by.append(name)
+        with walks.request_budget(state, "the replay"):  # the presets' walks share one budget
+            for name in PRESETS:
+                options = OptionsIn.model_validate(
+                    {"preset": name, "root_model": body.grammar.options.root_model}
+                )
+                kind, source = body.grammar.kind, body.grammar.source
+                grammar = GrammarIn(kind=kind, source=source, options=options)
+                again = ReplayIn(grammar=grammar, text=body.text)
+                other = await actions.replay(state, engine, again)
+                if other.rejection is None or other.rejection.offset > rejection.offset:
+                    accepted_by.append(name)
     return cause, accepted_by
 
 

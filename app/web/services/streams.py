@@ -16,9 +16,10 @@ from contextlib import aclosing
 from typing import Literal, TypedDict
 
 from app.engine import StepRecord
-from app.exceptions import ShuttingDown
+from app.exceptions import MaskscopeError, RequestEnded, ShuttingDown
 from app.web.services.actions import step_response
 from app.web.services.sessions import SessionHandle
+from app.web.services.walks import step_budget
 from app.web.state import AppState
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "SHUTDOWN_GRACE_S",
     "SHUTDOWN_MESSAGE",
     "Event",
+    "error_event",
     "run_events",
     "shutdown_event",
 ]
@@ -56,6 +58,13 @@ def shutdown_event() -> Event:
     return {"event": "shutdown", "data": json.dumps({"message": SHUTDOWN_MESSAGE})}
 
 
+def error_event(error: MaskscopeError) -> Event:
+    """The event that ends a run whose step failed (its budget spent: ``grammar_too_slow``):
+    ``failed`` with ``{"error": {"code", "message"}}``, the API's error object (not ``error``,
+    which an ``EventSource`` also fires for a lost connection)."""
+    return {"event": "failed", "data": json.dumps({"error": error.to_dict()})}
+
+
 async def run_events(
     disconnected: Callable[[], Awaitable[bool]],
     state: AppState,
@@ -75,9 +84,11 @@ async def run_events(
     of its events and generates nothing.
 
     Events: ``step`` (SSE id = the step index), then ``done`` when the session has stopped or
-    ``paused`` when a pause ended the run, then ``end`` (SSE id ``end``). When the server stops
-    (SIGTERM), the run ends after its step in flight with ``shutdown`` (no ``end``: the run is
-    not over, and a client may resume it elsewhere once it is back).
+    ``paused`` when a pause ended the run, then ``end`` (SSE id ``end``). A step that fails
+    (its walk budget spent: 422 ``grammar_too_slow`` as a request) ends the run with ``failed``
+    (the error object; the step left no trace, the session is as before it), then ``end``.
+    When the server stops (SIGTERM), the run ends after its step in flight with ``shutdown``
+    (no ``end``: the run is not over, and a client may resume it elsewhere once it is back).
 
     Args:
         disconnected: whether the client has left (the stream then stops generating).
@@ -118,11 +129,22 @@ async def run_events(
             # Only when nothing is left to send: the lock may have been held by a step an older
             # stream started, whose record is then sent first.
             stepping = _stepping(state, handle, run, disconnected, sent=sent)
-            async with aclosing(stepping):
-                async for _ in stepping:
-                    for record in session.steps[sent:]:
-                        yield step_event(record)
-                        sent += 1
+            try:
+                async with aclosing(stepping):
+                    async for _ in stepping:
+                        for record in session.steps[sent:]:
+                            yield step_event(record)
+                            sent += 1
+            except RequestEnded:
+                return  # nobody listens any more
+            except MaskscopeError as error:  # a step failed (grammar_too_slow...): left no trace
+                for record in session.steps[sent:]:
+                    yield step_event(record)
+                if runs.current(run):
+                    runs.end(run)
+                yield error_event(error)
+                yield {"event": "end", "id": END_ID, "data": ""}
+                return
             state.sessions.enforce_memory(keep=handle)
         if not runs.current(run):
             return
@@ -163,6 +185,8 @@ async def _stepping(
     loop = asyncio.get_running_loop()
     told: asyncio.Queue[bool] = asyncio.Queue()
     stop = threading.Event()
+    left = threading.Event()  # the client left: the step in flight stops at its next token
+    each = step_budget(state, session, left)
 
     def tell() -> None:
         try:
@@ -174,7 +198,7 @@ async def _stepping(
         while not stop.is_set() and runs.generating(run) and not session.done:
             if state.shutdown.started:
                 return  # the stream sends the shutdown event
-            session.step()
+            each(session.step)
             tell()
 
     def over(job: asyncio.Future[None]) -> None:
@@ -190,9 +214,12 @@ async def _stepping(
             yield
             if await disconnected():
                 stop.set()
+                left.set()
             state.sessions.enforce_memory(keep=handle)
         await job
     except ShuttingDown:
         pass  # the pool closed before the run began: the next turn sends the shutdown event
     finally:
         stop.set()
+        if not job.done():  # closed early: its client left, or the stream was cancelled
+            left.set()

@@ -1,58 +1,91 @@
 """The ``tools`` kind's use cases: its ``$model`` parameters derived, its compile answer fields,
-and the formats each builder lists."""
+and the formats each builder lists.
+
+A source is parsed on the ``parses`` pool (bounded, shared fairly between clients: a flood of
+big sources gets 429s, never the default executor), and every ``$model`` it names is derived in
+one sandbox run, whose process is killed when the request is cancelled or its client leaves
+(:mod:`app.web.departure`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.engine import CompileResult
 from app.engine.tools.builders import tool_formats
-from app.engine.tools.request import ParsedTools, parse_tools
-from app.exceptions import GrammarError, PydanticFailed
+from app.engine.tools.request import parse_tools
+from app.exceptions import GrammarError, RequestEnded
+from app.sandbox.process import Cancel
+from app.sandbox.sandbox import PydanticSchema
+from app.web.departure import on_client_leaving
 from app.web.state import AppState
 
 __all__ = ["formats", "tools_answer", "tools_source"]
 
+Derived = Mapping[str, PydanticSchema | GrammarError]
+
 
 async def tools_source(state: AppState, source: str) -> str:
     """The source the engine compiles: ``source`` itself, or with each ``{"$model": "Name"}``
-    replaced by the JSON Schema the sandbox derives for that model of the ``pydantic`` field.
+    replaced by the JSON Schema the sandbox derives for that model of the ``pydantic`` field
+    (every model in one sandbox run).
+
+    Args:
+        state: the app (its pools and sandbox).
+        source: the tools source.
 
     Raises:
         GrammarError: the source is invalid (with its pointer), a named model does not exist
             (pointed at its ``$model``), or the Pydantic source fails (pointed at ``pydantic``).
+        CapacityExceeded: too many parses or sandbox runs wait already (for this client).
+        RequestEnded: the client left; the sandbox run was stopped.
     """
-    parsed = await asyncio.to_thread(parse_tools, source)  # a builder may list its formats
+    parsed = await state.pools.parses.run(parse_tools, source)  # a builder may list formats
     if not parsed.models:
         return source
     assert parsed.pydantic is not None
-    schemas: dict[str, dict[str, Any]] = {}
-    for ref in parsed.models:
-        if ref.name not in schemas:
-            schemas[ref.name] = await _derived(state, parsed, ref.name, ref.parts)
-    return parsed.resolved(schemas)
-
-
-async def _derived(
-    state: AppState, parsed: ParsedTools, name: str, parts: list[str | int]
-) -> dict[str, Any]:
-    assert parsed.pydantic is not None
+    names = list(dict.fromkeys(ref.name for ref in parsed.models))
     try:
-        derived = await state.pools.sandbox.run(state.sandbox.schema, parsed.pydantic, name)
-    except GrammarError as error:
-        where: list[str | int] = ["pydantic"]
-        if error.message.startswith("no model named"):
-            where = parts
-        located = parsed.error_at(where, f"the pydantic field: {error.message}")
-        if isinstance(error, PydanticFailed) or type(error) is GrammarError:
-            raise located from None
-        # SourceRefused, SandboxUnconfined: their own code, placed the same way
-        raise type(error)(
-            located.message, line=located.line, column=located.column, pointer=located.pointer
-        ) from None
-    return derived.schema
+        derived = await _derived(state, parsed.pydantic, names)
+    except GrammarError as error:  # the source itself failed: placed at ``pydantic``
+        raise parsed.model_error(error, ["pydantic"]) from None
+    schemas = {n: d if isinstance(d, GrammarError) else d.schema for n, d in derived.items()}
+    return await state.pools.parses.run(parsed.with_models, schemas)
+
+
+async def _derived(state: AppState, pydantic: str, names: Sequence[str]) -> Derived:
+    """Every named model derived in one sandbox run, stopped when the request ends."""
+    cancel = Cancel()
+    job = asyncio.ensure_future(
+        state.pools.sandbox.run(state.sandbox.schemas, pydantic, names, cancel=cancel)
+    )
+    try:
+        with on_client_leaving(functools.partial(_stop, job, cancel)):
+            await asyncio.wait({job})
+        if job.cancelled():
+            raise RequestEnded("the client left: its Pydantic sandbox run was stopped")
+        return job.result()
+    finally:
+        if not job.done():  # cancelled: the process goes now, its thread soon after
+            _stop(job, cancel)
+            job.add_done_callback(_retrieved)
+
+
+def _stop(job: asyncio.Future[Any], cancel: Cancel) -> None:
+    """Stop a run: a running one's process is killed, a waiting one leaves the queue. Once: a
+    second cancel would stop the pool's wait for the thread, and its error would go unread."""
+    if not cancel.is_set():
+        cancel.set()
+        job.cancel()
+
+
+def _retrieved(job: asyncio.Future[Any]) -> None:
+    if not job.cancelled():
+        job.exception()  # the caller is gone; nobody else will look
 
 
 def tools_answer(result: CompileResult) -> dict[str, Any]:

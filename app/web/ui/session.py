@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse, Response
 
 from app.exceptions import InvalidInput
+from app.web import quota
 from app.web.deps import HandleDep, StateDep
 from app.web.forms import forced_token, form_session_request, share_tests, step_count
 from app.web.rootpath import url
@@ -33,7 +34,9 @@ async def share_fragment(request: Request, state: StateDep, handle: HandleDep) -
     """Store the session as a permalink, with the Tests panel's tests (the form's ``tests``,
     a JSON list) and their verdicts; the link, ready to copy."""
     body = share_tests(await request.form(), handle.request["grammar"])
+    client = quota.admit_permalink(state.permalink_quota)
     snapshot_id = await sharing.share_session(state, handle, body)
+    await quota.charge_permalink(state.permalink_quota, state.store, client, snapshot_id)
     context = {"url": f"{request.base_url}s/{snapshot_id}", "path": url(f"/s/{snapshot_id}"),
                "session_id": handle.id}  # fmt: skip
     return render_page(state, request, "partials/_share.html", context)

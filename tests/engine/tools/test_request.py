@@ -124,7 +124,7 @@ def test_required_needs_a_tool_and_not_json_is_placed() -> None:
     assert error.pointer == "/tool_choice" and "needs a tool" in error.message
     error = _error('{"builder": "xgrammar",\n "format": }')
     assert error.message.startswith("invalid JSON") and error.line == 2
-    assert _error("[]").message == "a tools source is a JSON object, got list"
+    assert _error("[]").message == "a tools source is a JSON object, not an array"
     assert _error({"format": "qwen_3"}).message.startswith("missing field 'builder'")
 
 
