@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -17,22 +16,6 @@ from app.store.base import ID_PATTERN, Added, StoredRow, canonical_id, canonical
 from app.store.migrations import LATEST, MIGRATIONS, VERSION_TABLE
 from app.store.permalinks import SqliteStore
 from app.store.postgres import PostgresStore, redacted
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A new empty store's URL, of each kind."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'p.db'}"
-    database: str = request.getfixturevalue("postgres_url")
-    return database
-
-
-@pytest.fixture
-def store(url: str) -> Iterator[SnapshotStore]:
-    opened = open_store(url, max_bytes=4000)
-    yield opened
-    opened.close()
 
 
 def _versions(url: str) -> list[int]:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
 from app.store import SnapshotStore, base, open_store
 from app.store.base import canonical_id, canonical_json
@@ -18,22 +15,6 @@ VERDICTS: dict[str, Any] = {
     "results": [{"passed": True, "normalized": "é", "verdicts": {"passed": True}}],
 }
 RECORDS = '[{"index":0}]'
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A new empty store's URL, of each kind."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'p.db'}"
-    database: str = request.getfixturevalue("postgres_url")
-    return database
-
-
-@pytest.fixture
-def store(url: str) -> Iterator[SnapshotStore]:
-    opened = open_store(url, max_bytes=4000)
-    yield opened
-    opened.close()
 
 
 def test_verdicts_are_kept_beside_the_snapshot_outside_its_id(store: SnapshotStore) -> None:
