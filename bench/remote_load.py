@@ -24,8 +24,8 @@ import httpx
 from live_server import free_port, live_server
 from load import _session_body as load_bench_body
 
-from app.engine.model import checkpoint_source
-from app.engine.remote.launch import DEFAULT_SERVED_NAME
+from app.engine.model.loading import checkpoint_source
+from app.engine.model.remote.launch import DEFAULT_SERVED_NAME
 from app.settings import Settings
 from tests.vllm_server import VllmServer
 

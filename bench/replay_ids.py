@@ -17,7 +17,7 @@ import time
 import xgrammar as xgr
 
 from app.engine import CompileOptions, GrammarKind, GrammarSpec
-from app.engine.tokenizer_only import open_tokenizer
+from app.engine.factories.tokenizer_only import open_tokenizer
 from app.settings import Settings
 
 IDS = 4096

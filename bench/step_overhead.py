@@ -27,10 +27,10 @@ import time
 import torch
 
 from app.engine import ChatMessage, Engine, GrammarKind, GrammarSpec, Session, with_schema
-from app.engine.drafts import propose_drafts, validate_drafts
 from app.engine.mask import allowed_array, new_bitmask
 from app.engine.masking import new_masking
-from app.engine.rollback_check import check_rollback, reference_of_fork
+from app.engine.masking.drafts import propose_drafts, validate_drafts
+from app.engine.masking.rollback_check import check_rollback, reference_of_fork
 from app.examples import load_examples
 from app.settings import Settings
 

@@ -16,10 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.engine.model import checkpoint_source
-from app.engine.shipped_tokenizers import tokenizer_dir
-from app.engine.tools.base import ToolsRequest
-from app.engine.tools.vllm_builder import VllmBuilder
+from app.engine.grammars.tools.base import ToolsRequest
+from app.engine.grammars.tools.vllm_builder import VllmBuilder
+from app.engine.model.loading import checkpoint_source
+from app.engine.model.shipped_tokenizers import tokenizer_dir
 from app.settings import Settings
 
 TOOL = {

@@ -12,14 +12,25 @@
    to its chips, and to the shared step (``?step=``) inspected. Target: the progress shows
    within 1 s (the chips come when the session is rebuilt: the replay's own time).
 
-Usage: ``.venv/bin/python bench/web_latency.py [--steps 30]`` (needs /usr/bin/chromium).
+4. First use against warm (#45, item 3), each figure printed beside its warm one: a shipped
+   tokenizer's first compile (its load included) and vLLM's tools builder's first compile, on
+   a server that warms nothing (``MASKSCOPE_WARM_UP=0``, the first use waits) and on one that
+   warms them in the background after start (the default), against the same compile warm; and
+   the format picker changed 8 times in a row on the page: the 429s it got (target 0, one
+   compile in flight per person: a replaced request leaves the queue).
+
+Usage: ``.venv/bin/python bench/web_latency.py [--steps 30] [--first-use-only]`` (needs
+/usr/bin/chromium; the first-use part needs vLLM's virtualenv, ``make vllm-install``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
+import time
+from pathlib import Path
 
 import httpx
 from live_server import live_server
@@ -99,10 +110,91 @@ def _first_use(base: str, page: Page) -> dict[str, float]:
             "chips": chips_ms, "step": step_ms}  # fmt: skip
 
 
+TOOLS = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "router_tools.tools.json")
+                   .read_text())  # fmt: skip
+
+
+def _compile_ms(base: str, model: str, source: dict[str, object]) -> float:
+    """Milliseconds until ``/api/compile`` answers 200 for ``source`` on ``model`` (a model
+    still loading answers 503: asked again until it is ready)."""
+    body = {"kind": "tools", "source": json.dumps(source), "model": model}
+    start = time.perf_counter()
+    while True:
+        answer = httpx.post(f"{base}/api/compile", json=body, timeout=300)
+        if answer.status_code == 200:
+            return (time.perf_counter() - start) * 1000
+        assert answer.status_code == 503, answer.text
+        time.sleep(0.2)
+
+
+def _first_and_warm(base: str) -> dict[str, tuple[float, float]]:
+    """(first use, warm) milliseconds: the qwen3.6 tokenizer's compile, vLLM's builder's."""
+    first_tokenizer = _compile_ms(base, "qwen3.6", TOOLS)
+    warm_tokenizer = _compile_ms(base, "qwen3.6", {**TOOLS, "tool_choice": "auto"})
+    vllm = {**TOOLS, "builder": "vllm", "format": "hermes"}
+    first_vllm = _compile_ms(base, "local", vllm)
+    warm_vllm = _compile_ms(base, "local", {**vllm, "tool_choice": "auto"})
+    return {"qwen3.6 tokenizer, first compile": (first_tokenizer, warm_tokenizer),
+            "vLLM builder, first compile": (first_vllm, warm_vllm)}  # fmt: skip
+
+
+def _picker_churn(base: str, page: Page) -> tuple[int, int]:
+    """vLLM's format picker changed 8 times in a row: (compile answers, of them 429)."""
+    statuses: list[int] = []
+    page.on("response", lambda r: statuses.append(r.status) if "/compile" in r.url else None)
+    page.goto(f"{base}/?example=router_tools")
+    page.wait_for_selector("#compile-result .stats", state="attached")
+    page.select_option("#tools-builder", "vllm")  # seconds a compile: changes overtake them
+    page.wait_for_selector("#compile-result .stats", state="attached")
+    options = "#tools-format option:not([disabled])"
+    names = page.eval_on_selector_all(options, "(os) => os.map((o) => o.value).filter(Boolean)")
+    for name in names[:8]:
+        page.select_option("#tools-format", name)
+        page.wait_for_timeout(400)  # past the compile's debounce: each change sends one
+    page.wait_for_timeout(3000)
+    return len(statuses), statuses.count(429)
+
+
+def _ready(base: str) -> None:
+    """Until every model and the vLLM builder are ready (what the warm-up started)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        models = httpx.get(f"{base}/api/models", timeout=30).json()
+        formats = httpx.get(f"{base}/api/tool-formats", timeout=30).json()
+        if all(m["ready"] for m in models) and not any(f["name"] == "starting" for f in formats):
+            return
+        time.sleep(1)
+
+
+def first_use() -> None:
+    """Part 4: print each first-use figure against its warm one."""
+    with live_server({"MASKSCOPE_WARM_UP": "0"}) as (base, _):
+        cold = _first_and_warm(base)
+    with live_server() as (base, _):
+        _ready(base)
+        warmed = _first_and_warm(base)
+        for name, (first, warm) in cold.items():
+            after = warmed[name][0]
+            print(f"{name}: first use {first:.0f} ms without warm-up, {after:.0f} ms after the "
+                  f"background warm-up; warm {warm:.0f} ms (first/warm: {first / warm:.1f}x "
+                  f"without, {after / warm:.1f}x with)", flush=True)  # fmt: skip
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            answers, refused = _picker_churn(base, page)
+            browser.close()
+    print(f"vLLM format picker changed 8 times: {answers} compile answers, {refused} of them "
+          "429 (target 0)")  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--first-use-only", action="store_true", help="only part 4")
     args = parser.parse_args()
+    if args.first_use_only:
+        first_use()
+        return 0
     with live_server({"MASKSCOPE_COMPILE_WORKERS": "1"}) as (base, _):
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
@@ -141,6 +233,7 @@ def main() -> int:
     print(f"permalink (48 steps, ?step=36), from navigation: progress shown at "
           f"{first['progress']:.0f} ms (target <= 1000), chips at {first['chips']:.0f} ms, "
           f"step #36 inspected at {first['step']:.0f} ms")  # fmt: skip
+    first_use()
     return 0
 
 

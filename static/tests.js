@@ -39,6 +39,7 @@
   }
 
   function openReplay(row) {
+    MS.setDockMaximised(false);  // the replay opens in view (issue 45, C6)
     const replay = $('input[name="mode"][value="replay"]');
     replay.checked = true;
     replay.dispatchEvent(new Event("change", { bubbles: true }));

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["run"]
+__all__ = ["run", "until"]
 
 T = TypeVar("T")
 
@@ -31,3 +32,12 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
     if failure:
         raise failure[0]
     return outcome[0]
+
+
+async def until(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    """Poll ``condition`` on the loop until it holds (the positive signal a test waits for,
+    never a fixed sleep); fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not after {timeout_s} s"
+        await asyncio.sleep(0.005)

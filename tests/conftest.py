@@ -20,17 +20,22 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app.engine import Engine
-from app.engine.model import checkpoint_source
+from app.engine.model.loading import checkpoint_source
+from app.engine.stacks import close_runners
 from app.main import create_app
 from app.settings import Settings
-from app.web.security import CSRF_COOKIE, CSRF_HEADER, CsrfSigner
+from app.web.middleware.security import CSRF_COOKIE, CSRF_HEADER, CsrfSigner
 from tests.parallel import GroupScheduling, group_of, groups_file
 from tests.postgres_server import PostgresServer
+from tests.tiers import ModelGuard, excludes, mark_by_fixtures, refuse_outside_tier
 from tests.vllm_server import VllmServer
 
 # The in-process client sends `Host: testserver`: the tests' apps answer to it besides the
-# default hosts (tests/web/test_security.py checks the defaults without this).
+# default hosts (tests/web/middleware/test_security.py checks the defaults without this).
 os.environ["MASKSCOPE_ALLOWED_HOSTS"] = "testserver,localhost,127.0.0.1,[::1]"
+# The servers the tests start load what they test, not every tokenizer and vLLM's builder at
+# start (a warm-up is 30-70 s of CPU and gigabytes a server); a test of the warm-up sets it.
+os.environ.setdefault("MASKSCOPE_WARM_UP", "false")
 
 # vLLM servers the collected tests ask for, started in the background as soon as they are known
 # (start-up takes minutes): the default flags (the whole vocabulary's logprobs), and vLLM's
@@ -40,6 +45,8 @@ _VLLM_SERVERS = {
     "vllm_capped_server": ("capped", ("--max-logprobs", "20")),
 }
 _VLLM_STARTUP_S = 900.0
+# What one test on a vLLM server may take once the server is up (pytest-timeout).
+_VLLM_TEST_S = 300.0
 _vllm_servers: dict[str, VllmServer] = {}
 # Under pytest-xdist (`make test` runs 2 workers) the controller process owns the vLLM servers,
 # so that none stops while a worker still uses it: the workers write the servers their tests
@@ -57,9 +64,41 @@ def _uses_vllm(item: pytest.Item) -> bool:
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Put every test on a vLLM server in one xdist group."""
+    """Mark each test with the tiers its fixtures need (tests/tiers.py), before ``-m`` reads
+    them; put every test on a vLLM server in one xdist group, under a time limit that covers the
+    server's start."""
+    mark_by_fixtures(item)
     if _uses_vllm(item):
         item.add_marker(pytest.mark.xdist_group(_REMOTE_GROUP))
+        item.add_marker(pytest.mark.timeout(_VLLM_STARTUP_S + _VLLM_TEST_S))
+
+
+_MODEL_GUARD = pytest.StashKey[ModelGuard]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a run that deselects ``model`` (``make test-fast``), refuse the real model's weights."""
+    if excludes(config, "model"):
+        guard = ModelGuard()
+        guard.install()
+        config.stash[_MODEL_GUARD] = guard
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Undo :func:`pytest_configure`'s guard; stop the stacks' runners this process started
+    (they would idle on for ``MASKSCOPE_STACK_RUNNER_IDLE_S`` after the run)."""
+    close_runners()
+    if _MODEL_GUARD in config.stash:
+        config.stash[_MODEL_GUARD].uninstall()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Fail a test that loaded the real model in a run that deselects ``model``."""
+    report = yield
+    if _MODEL_GUARD in item.config.stash:
+        item.config.stash[_MODEL_GUARD].check(report)
+    return report
 
 
 @pytest.hookimpl(trylast=True)  # after -m and -k have deselected what will not run
@@ -153,6 +192,7 @@ def pytest_sessionfinish() -> None:
 
 
 def _vllm(request: pytest.FixtureRequest, name: str) -> VllmServer:
+    refuse_outside_tier(request.config, "remote", "a vLLM server")
     workerinput: dict[str, Any] | None = getattr(request.config, "workerinput", None)
     if workerinput is not None and name not in _vllm_servers:  # started by the controller
         label, flags = _VLLM_SERVERS[name]
@@ -179,9 +219,10 @@ def vllm_capped_server(request: pytest.FixtureRequest) -> VllmServer:
 
 
 @pytest.fixture(scope="session")
-def postgres() -> Iterator[PostgresServer]:
+def postgres(request: pytest.FixtureRequest) -> Iterator[PostgresServer]:
     """One real PostgreSQL server for the whole test session (``postgres_url`` gives each test
     a database of its own)."""
+    refuse_outside_tier(request.config, "server", "a PostgreSQL server")
     server = PostgresServer(free_port())
     try:
         server.start()
@@ -203,8 +244,9 @@ def settings() -> Settings:
 
 
 @pytest.fixture(scope="session")
-def engine(settings: Settings) -> Iterator[Engine]:
-    """The real default model with real xgrammar compile workers."""
+def engine(settings: Settings, request: pytest.FixtureRequest) -> Iterator[Engine]:
+    """The real default model with real xgrammar compile workers (marks its tests ``model``)."""
+    refuse_outside_tier(request.config, "model", "the real model (the `engine` fixture)")
     loaded = Engine.load(settings)
     yield loaded
     loaded.close()
@@ -228,9 +270,12 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def live_server(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def live_server(
+    engine: Engine, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[str]:
     """The app served by uvicorn in a thread, sharing the test session's engine (its own
     permalink database: the user's default one is never touched)."""
+    refuse_outside_tier(request.config, "server", "a live server")
     db_path = tmp_path_factory.mktemp("live-server") / "permalinks.db"
     yield from serve(Settings(db_path=db_path), engine)
 

@@ -12,6 +12,9 @@ import pytest
 
 from app.__main__ import main
 
+# The commands load the real model in this process: the model tier (docs/testing.md)
+pytestmark = pytest.mark.model
+
 ROOT = Path(__file__).resolve().parent.parent
 NESTED = ROOT / "schemas" / "nested.json"
 PROMPT = "Create the account of user 42, Ada Lovelace, who prefers a dark theme."
@@ -20,6 +23,7 @@ STEP_KEYS = {
     "blocked_mass", "allowed_count", "vocab_size", "bitmask", "depth", "path", "rules",
     "jump_forward", "probe", "mask_accept_agree", "engine", "forward_ms", "mask_us", "total_ms",
     "terminated", "allowed_tokens", "follower", "drafts", "rollback", "masked", "segment",
+    "alarms",
 }  # fmt: skip
 
 

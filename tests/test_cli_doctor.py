@@ -9,6 +9,9 @@ import pytest
 
 from app.__main__ import main
 
+# The commands load the real model in this process: the model tier (docs/testing.md)
+pytestmark = pytest.mark.model
+
 ROOT = Path(__file__).resolve().parent.parent
 NESTED = ROOT / "schemas" / "nested.json"
 

@@ -12,8 +12,8 @@ import pytest
 from app.cli.main import main, parser
 from app.cli.options import grammar_request
 from app.settings import Settings
-from app.web.bodies import GrammarIn
-from tests.engine.remote.conftest import spec_for
+from app.web.schemas.bodies import GrammarIn
+from tests.engine.model.remote.conftest import spec_for
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUTER = ROOT / "schemas" / "router.py"

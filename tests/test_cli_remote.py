@@ -8,7 +8,7 @@ import pytest
 
 from app.__main__ import main
 from app.engine import ChatMessage, Engine, GrammarKind, GrammarSpec
-from tests.engine.remote.conftest import spec_for
+from tests.engine.model.remote.conftest import spec_for
 from tests.test_cli import NESTED, PROMPT
 from tests.vllm_server import VllmServer
 

@@ -11,6 +11,9 @@ import xgrammar as xgr
 
 from app.__main__ import main
 
+# The commands load the real model in this process: the model tier (docs/testing.md)
+pytestmark = pytest.mark.model
+
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": CITY}}
 LOG = (

@@ -11,6 +11,9 @@ import pytest
 from app.__main__ import main
 from app.examples import EXAMPLES_DIR
 
+# The commands load the real model in this process: the model tier (docs/testing.md)
+pytestmark = pytest.mark.model
+
 ROUTER = json.loads((EXAMPLES_DIR / "router_tools.tools.json").read_text(encoding="utf-8"))
 CALL = ('<tool_call>\n{"name": "fetch_user_features", "arguments": {"rationale": "look", '
         '"user_id": "u1042"}}\n</tool_call>')  # fmt: skip

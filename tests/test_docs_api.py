@@ -1,4 +1,7 @@
-"""docs/api.md stays true: its routes, fields, error codes and CLI options are the ones built.
+"""The API pages stay true: their routes, fields, error codes and CLI options are the ones built.
+
+The reference is docs/api.md and the pages under docs/api/, read here as one document (the page,
+then the others in file-name order).
 
 Everything is read from what the code answers (the app's OpenAPI schema and routes, the record
 dataclasses, the error classes, ``python -m app --help``), never from where a module lives, so
@@ -27,7 +30,8 @@ from app.settings import Settings
 from app.web.errors import STATUS, install_error_handlers
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+PAGES = [ROOT / "docs" / "api.md", *sorted((ROOT / "docs" / "api").glob("*.md"))]
+DOC = "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
 
 #: FastAPI's default 422 body: declared in OpenAPI, never sent (the error handler answers
 #: ``ErrorOut`` instead), so not documented as ours.
@@ -39,7 +43,7 @@ def section(doc: str, heading: str) -> str:
     level."""
     level = len(heading) - len(heading.lstrip("#"))
     lines = doc.splitlines()
-    assert heading in lines, f"docs/api.md has no heading {heading!r}"
+    assert heading in lines, f"no API page has the heading {heading!r}"
     start = lines.index(heading) + 1
     end = next(
         (i for i in range(start, len(lines)) if re.match(rf"^#{{1,{level}}} ", lines[i])),
@@ -159,7 +163,7 @@ def test_every_json_route_is_documented_and_every_documented_one_exists(
     documented = [(unquoted(cells[0]), unquoted(cells[1])) for cells in table]
     assert len(documented) == len(set(documented)), "a route is documented twice"
     assert set(documented) - built == set(), "documented, but not a route"
-    assert built - set(documented) == set(), "a route that docs/api.md does not list"
+    assert built - set(documented) == set(), "a route that the API pages do not list"
 
 
 def test_every_page_route_is_documented_and_every_documented_one_exists(
@@ -168,7 +172,7 @@ def test_every_page_route_is_documented_and_every_documented_one_exists(
     table = rows(section(DOC, "### Page routes"))
     documented = {(unquoted(cells[0]), unquoted(cells[1])) for cells in table}
     assert documented - page_routes == set(), "documented, but not a page route"
-    assert page_routes - documented == set(), "a page route that docs/api.md does not list"
+    assert page_routes - documented == set(), "a page route that the API pages do not list"
 
 
 def test_every_body_model_has_its_table(openapi: dict[str, Any]) -> None:
@@ -318,3 +322,12 @@ def test_every_cli_command_and_option_is_documented(
 def test_the_readme_links_the_document() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "(docs/api.md)" in section(readme, "## HTTP API")
+
+
+def test_every_api_page_is_in_the_site_and_linked_from_the_first() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    first = PAGES[0].read_text(encoding="utf-8")
+    for page in PAGES[1:]:
+        assert f"api/{page.name}" in nav, f"{page.name} is not in the site's nav"
+        assert f"(api/{page.name})" in first, f"docs/api.md does not link {page.name}"
+    assert len(PAGES) > 1, "the reference is split over pages"

@@ -18,8 +18,8 @@ from app.engine import presets
 from app.main import create_app
 from app.settings import Settings
 from app.vocabulary import MaskingLibrary, Preset, SourceKind
-from app.web import render
-from app.web.bodies import ActionIn, CountIn
+from app.web.schemas.bodies import ActionIn, CountIn
+from app.web.ui import render
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from app.engine.remote.launch import vllm_command, vllm_environment
+from app.engine.model.remote.launch import vllm_command, vllm_environment
 
 __all__ = ["ARTIFACTS", "VLLM", "VllmServer"]
 

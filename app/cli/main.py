@@ -1,4 +1,5 @@
-"""Command line: ``python -m app serve|trace|replay|doctor|test|store`` (see ``--help``)."""
+"""Command line: ``python -m app serve|trace|replay|doctor|test|check|store|stacks|roundtrip``
+(see ``--help``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from app.cli import doctor, replay, serve, store, test, trace
+from app.cli import check, doctor, replay, roundtrip, serve, stacks, store, test, trace
 from app.cli.options import Command
 from app.exceptions import MaskscopeError
 from app.settings import Settings
@@ -20,7 +21,7 @@ def parser() -> argparse.ArgumentParser:
     """The argument parser: one subcommand per module, each bound to its ``run``."""
     root = argparse.ArgumentParser(prog="python -m app", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
-    for module in (serve, trace, replay, doctor, test, store):
+    for module in (serve, trace, replay, doctor, test, check, store, stacks, roundtrip):
         command = commands.add_parser(module.NAME, help=module.HELP)
         module.add_arguments(command)
         command.set_defaults(run=module.run)

@@ -124,7 +124,7 @@ def grammar_request(args: argparse.Namespace, settings: Settings) -> GrammarRequ
     a 256 KiB source, ...) guard a shared server, and the command line, run by the operator on
     their own files, has never applied them.
     """
-    from app.web.bodies import GrammarIn, OptionsIn
+    from app.web.schemas.bodies import GrammarIn, OptionsIn
 
     kind = kind_of(args)
     source = args.schema.read_text(encoding="utf-8")
@@ -151,7 +151,7 @@ def grammar_request(args: argparse.Namespace, settings: Settings) -> GrammarRequ
 def _tools_source(source: str, settings: Settings) -> str:
     """A tools source with each ``$model`` derived by the sandbox, all in one run, and its
     errors placed as the server places them."""
-    from app.engine.tools.request import parse_tools
+    from app.engine.grammars.tools.request import parse_tools
     from app.exceptions import GrammarError
 
     parsed = parse_tools(source)
@@ -200,8 +200,8 @@ def load_engine(args: argparse.Namespace, settings: Settings) -> AnyEngine:
 
     if args.model == LOCAL_MODEL_ID:
         return Engine.load(settings)
-    from app.engine.remote.engines import open_remote
-    from app.engine.tokenizer_only import open_tokenizer
+    from app.engine.factories.remote import open_remote
+    from app.engine.factories.tokenizer_only import open_tokenizer
 
     tokenizer_only = open_tokenizer(settings, args.model)
     if tokenizer_only is not None:

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     host, port = args.host or settings.host, args.port or settings.port
-    # The address bound is one of the hosts answered to by default (app/web/security.py).
+    # The address bound is one of the hosts answered to by default (app/web/middleware/security.py).
     settings = settings.model_copy(update={"host": host, "port": port})
     root = settings.root_path  # behind a proxy, it is also what the proxy serves it under
     print(f"Maskscope is starting: open http://{url_host(host)}:{port}{root}/", flush=True)
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     # Our own access log carries request ids; uvicorn's would repeat every line without them.
     # proxy_headers=False: uvicorn would believe X-Forwarded-For from loopback; the app believes
     # MASKSCOPE_TRUSTED_PROXIES only.
-    from app.web.stopping import kill_workers
+    from app.web.runtime.stopping import kill_workers
 
     app = create_app(settings)
     stop = app.state.maskscope.shutdown
@@ -109,7 +109,7 @@ def _watchdog() -> None:
 
 def url_host(host: str) -> str:
     """``host`` as written in a URL: a wildcard address as ``localhost``, IPv6 in brackets."""
-    from app.web.security import is_wildcard
+    from app.web.middleware.security import is_wildcard
 
     if is_wildcard(host):
         return "localhost"
@@ -118,7 +118,7 @@ def url_host(host: str) -> str:
 
 def hosts_warning(settings: Settings) -> str | None:
     """What the operator must do when every address is bound but no host is named."""
-    from app.web.security import is_wildcard
+    from app.web.middleware.security import is_wildcard
 
     if settings.allowed_hosts is not None or not is_wildcard(settings.host):
         return None

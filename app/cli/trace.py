@@ -15,6 +15,7 @@ from app.cli.options import (
     grammar_request,
     load_engine,
 )
+from app.exceptions import InvalidInput
 from app.settings import Settings
 
 if TYPE_CHECKING:
@@ -40,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, help="sampling seed (random when omitted)")
     parser.add_argument("--json", action="store_true", help="JSON Lines: one step record a line")
+    parser.add_argument(
+        "--break", dest="breaks", action="append", default=[], metavar="WHEN[=VALUE][,k=K]",
+        help="stop where this condition starts to hold, e.g. path='$.items[3]*', "
+        "top1_blocked,k=3, removed_above=0.9, runaway_number (repeatable)",
+    )  # fmt: skip
     add_compare_argument(parser)
     add_reasoning_argument(parser)
 
@@ -58,8 +64,13 @@ def _messages(args: argparse.Namespace, schema: str) -> list[ChatMessage]:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Generate, printing each step; exit 0 when the output is complete and valid, 1 otherwise."""
     from app.engine import GrammarKind, SamplingParams
+    from app.engine.stepper.breakpoints import parse_breakpoint
     from app.vocabulary import ReasoningMode
 
+    try:
+        breaks = [parse_breakpoint(text) for text in args.breaks]
+    except InvalidInput as error:
+        raise InvalidInput(f"--break {error.message}") from None
     request = grammar_request(args, settings)
     messages = _messages(args, request.spec.source)
     engine = load_engine(args, settings)
@@ -72,6 +83,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             max_tokens=args.steps,
             compare=compare_library(args),
             reasoning=ReasoningMode(args.reasoning),
+            breakpoints=breaks,
         )
         for warning in session.grammar.warnings:
             print(f"{args.engine}: {warning}", file=sys.stderr)
@@ -84,9 +96,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         else:
             for option in ignored:
                 print(f"{args.engine}: {option} is not carried over", file=sys.stderr)
-        while not session.done:
+        while not session.done and session.watch.hit is None:
             record = session.step()
             print(json.dumps(record.to_dict()) if args.json else step_line(record), flush=True)
+        if session.watch.hit is not None:
+            hit = session.watch.hit
+            print(f"break at step {hit.index}: {hit.breakpoint.label}", file=sys.stderr)
         validation = session.validation()
         if validation is not None and request.validate is not None:
             validation = request.validate(session.text)
@@ -125,6 +140,7 @@ def step_line(record: StepRecord) -> str:
         f" {record.total_ms:7.1f} ms{'  FORCED' if record.forced else ''}"
         f"{'' if record.mask_accept_agree else '  MASK/ACCEPT DISAGREE'}"
         f"{_follower_note(record)}"
+        f"{'  ALARM ' + ', '.join(record.alarms) if record.alarms else ''}"
     )
 
 

@@ -20,7 +20,7 @@ from app.doctor.keywords import Keyword
 from app.doctor.proving import Proof, Proofs
 from app.doctor.records import Direction, KeywordFinding, Status, Witness
 from app.doctor.safety import LOAD_NOTE
-from app.engine.keyword_probe import ProbeResult
+from app.engine.grammars.keyword_probe import ProbeResult
 
 __all__ = ["findings"]
 

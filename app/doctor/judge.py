@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.doctor.keywords import error_pointer, subschemas
-from app.engine.jsonschema_safe import error_list, format_checker, schema_validator
+from app.engine.grammars.jsonschema_safe import error_list, format_checker, schema_validator
 from app.jsontext import loads
 from app.paths import format_path
 
@@ -59,7 +59,7 @@ class Judge:
     """Validates documents against one JSON Schema, keyword pointers included.
 
     Patterns run on RE2 and references stay inside the document
-    (:mod:`app.engine.jsonschema_safe`).
+    (:mod:`app.engine.grammars.jsonschema_safe`).
 
     Args:
         schema: the parsed JSON Schema.

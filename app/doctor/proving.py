@@ -35,7 +35,7 @@ from app.doctor.records import Direction, Refusal, Witness
 from app.doctor.safety import Deadline, Expired
 from app.doctor.serialize import as_grammar_writes, in_schema_order, separators_of
 from app.doctor.targeted import MISSING, TYPE_SAMPLES, breakers
-from app.engine.grammar import CompileResult
+from app.engine.grammars.spec import CompileResult
 from app.engine.tokens import Tokens
 from app.paths import pointer_from_parts, split_pointer
 

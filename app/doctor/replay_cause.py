@@ -3,8 +3,9 @@
 Read from the replay's own facts (the refused offset, the JSON path the parser was at) and the
 schema at that path: whitespace the compile options refuse (and which presets accept the text,
 found by replaying it under them), an ``enum``/``const`` and its values, a string ``format``, a
-``maxLength``, ``maxItems`` or ``minItems`` bound. A value inside an array is named with its
-index (``$.tags[1]``); an array's bounds with the array's path. Nothing is guessed: no rule
+``pattern`` (before a length bound, which xgrammar ignores beside it), a ``maxLength`` reached,
+a number's ``maximum``, a ``maxItems`` or ``minItems`` bound. A value inside an array is named
+with its index (``$.tags[1]``); an array's bounds with the array's path. Nothing is guessed: no rule
 applies, no cause is given.
 """
 
@@ -95,6 +96,46 @@ def _keyword(
     return None, None
 
 
+def _refused(char: str) -> str:
+    return "the end of the string" if char == '"' else json.dumps(char)
+
+
+def _pattern(
+    nodes: list[tuple[str, dict[str, Any]]], text: str, rejection: Rejection, path: str, char: str
+) -> tuple[str, str] | None:
+    """A string's ``pattern``: xgrammar enforces it and ignores a length bound beside it
+    (xgrammar#966), so the pattern refused, whatever the string's length."""
+    pointer, pattern = _keyword(nodes, "pattern")
+    if pointer is None or not isinstance(pattern, str):
+        return None
+    start = text.rfind('"', 0, rejection.offset)
+    so_far = text[start + 1 : rejection.offset] if start >= 0 else ""
+    return (
+        f"{path} must match the pattern {json.dumps(pattern)} (pattern): after"
+        f" {json.dumps(so_far)} the grammar refuses {_refused(char)}",
+        pointer,
+    )
+
+
+def _maximum(
+    nodes: list[tuple[str, dict[str, Any]]], text: str, rejection: Rejection, path: str, char: str
+) -> tuple[str, str] | None:
+    """A number's ``maximum`` or ``exclusiveMaximum``: a digit that takes it past the bound."""
+    if not char.isdigit():
+        return None
+    for keyword, words in (("maximum", "at most"), ("exclusiveMaximum", "below")):
+        pointer, limit = _keyword(nodes, keyword)
+        if pointer is not None and isinstance(limit, int | float):
+            digits = re.search(r"-?[0-9.]*$", text[: rejection.offset])
+            so_far = digits.group(0) if digits else ""
+            return (
+                f"the number at {path} must be {words} {limit} ({keyword}): after"
+                f" {json.dumps(so_far)} the grammar refuses {json.dumps(char)}",
+                pointer,
+            )
+    return None
+
+
 def _string_so_far(text: str, offset: int) -> int:
     start = text.rfind('"', 0, offset)
     return len(text[start + 1 : offset]) if start >= 0 else 0
@@ -162,21 +203,27 @@ def _bound(
     if pointer is not None and isinstance(fmt, str):
         start = text.rfind('"', 0, rejection.offset)
         so_far = text[start + 1 : rejection.offset] if start >= 0 else ""
-        refused = "the end of the string" if char == '"' else json.dumps(char)
+        refused = _refused(char)
         what = _FORMATS.get(fmt, f'a string of format "{fmt}"')
         return (
             f'{path} must be {what} (format "{fmt}"): after {json.dumps(so_far)} the grammar'
             f" refuses {refused}",
             pointer,
         )
+    found = _pattern(nodes, text, rejection, path, char)
+    if found is not None:
+        return found
     pointer, limit = _keyword(nodes, "maxLength")
-    if pointer is not None and char != '"':
-        have = _string_so_far(text, rejection.offset)
+    have = _string_so_far(text, rejection.offset)
+    if pointer is not None and char != '"' and isinstance(limit, int) and have >= limit:
         return (
             f"the string at {path} is limited to maxLength {limit} characters"
             f" (it has {have} at the refusal)",
             pointer,
         )
+    found = _maximum(nodes, text, rejection, path, char)
+    if found is not None:
+        return found
     pointer, limit = _keyword(nodes, "maxItems")
     if pointer is not None and char == ",":
         return f"the array at {array} holds at most maxItems {limit} items", pointer

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from app.doctor.keywords import resolve_ref
-from app.engine.grammar import CompileOptions
+from app.engine.grammars.spec import CompileOptions
 
 __all__ = ["as_grammar_writes", "in_schema_order", "normalize", "separators_of"]
 

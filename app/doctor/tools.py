@@ -26,7 +26,7 @@ from typing import Any
 
 from app.doctor.backends import vllm as vllm_rules
 from app.doctor.backends import xgrammar
-from app.doctor.doctor import Doctor, Examination
+from app.doctor.examination import Examination, Examiner
 from app.doctor.keywords import constraint_keywords
 from app.doctor.records import (
     BackendRow,
@@ -44,9 +44,9 @@ from app.doctor.records import (
 from app.doctor.safety import LOAD_NOTE, Deadline
 from app.doctor.source_lines import json_lines
 from app.doctor.witnesses import search
-from app.engine.grammar import CompileOptions, CompileResult, GrammarKind, GrammarSpec
-from app.engine.structural_tag import parse_tag
-from app.engine.tools.base import ToolsBuild
+from app.engine.grammars.spec import CompileOptions, CompileResult, GrammarKind, GrammarSpec
+from app.engine.grammars.structural_tag import parse_tag
+from app.engine.grammars.tools.base import ToolsBuild
 from app.exceptions import CutShortByLoad
 from app.paths import pointer_from_parts
 
@@ -219,7 +219,7 @@ class _Gathered:
 
 
 def examine_tools(
-    doctor: Doctor, grammar: CompileResult, *, seed: int, budget_ms: int, max_tokens: int | None
+    doctor: Examiner, grammar: CompileResult, *, seed: int, budget_ms: int, max_tokens: int | None
 ) -> DoctorReport:
     """Examine a compiled ``tools`` source: each tool's parameters as its tag compiles them.
 
@@ -265,7 +265,7 @@ def examine_tools(
 
 
 def examine_tag(
-    doctor: Doctor, grammar: CompileResult, *, seed: int, budget_ms: int, max_tokens: int | None
+    doctor: Examiner, grammar: CompileResult, *, seed: int, budget_ms: int, max_tokens: int | None
 ) -> DoctorReport:
     """Examine a ``structural_tag`` source: each constrained ``json_schema`` leaf as for a tool,
     pointers into the tag (``/format/.../json_schema/...``). A legacy tag gets only its costs.
@@ -295,7 +295,7 @@ def examine_tag(
 
 
 def _whole_tag_costs(
-    doctor: Doctor,
+    doctor: Examiner,
     grammar: CompileResult,
     seed: int,
     budget_ms: int,
@@ -324,7 +324,7 @@ def _whole_tag_costs(
 
 
 def _examine_leaf(
-    doctor: Doctor,
+    doctor: Examiner,
     tool: ToolLeaf,
     prefix: str,
     line_of: Callable[[str], int | None],

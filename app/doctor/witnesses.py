@@ -39,7 +39,7 @@ from app.doctor.safety import Deadline, Expired
 from app.doctor.serialize import as_grammar_writes
 from app.doctor.vocab import Vocab, every_allowed_id
 from app.doctor.walk import STYLES, Walked, Walker
-from app.engine.grammar import CompileResult
+from app.engine.grammars.spec import CompileResult
 from app.engine.records import Validation
 from app.engine.tokens import Tokens
 

@@ -43,10 +43,10 @@ from typing import Any, cast
 from app.doctor.doctor import RUNNING_AT_ONCE, Doctor, PydanticSource
 from app.doctor.records import DoctorReport
 from app.doctor.safety import Deadline
-from app.engine.compile_worker import cap_memory
 from app.engine.engine import AnyEngine, Engine
-from app.engine.grammar import CompileResult, GrammarSpec
-from app.engine.keyword_probe import ProbeResult
+from app.engine.grammars.compile_worker import cap_memory
+from app.engine.grammars.keyword_probe import ProbeResult
+from app.engine.grammars.spec import CompileResult, GrammarSpec
 from app.engine.records import Validation
 from app.engine.tokens import Tokens
 from app.exceptions import (

@@ -8,20 +8,22 @@ from typing import Generic, TypeAlias
 
 from typing_extensions import TypeVar
 
-from app.engine.compare import Follower
-from app.engine.compiler import GrammarCompiler
-from app.engine.forward import ServingModel
-from app.engine.grammar import CompileResult, GrammarKind, GrammarSpec, MaskingLibrary
-from app.engine.llguidance import LlguidanceCompiler
+from app.engine.grammars.compiler import GrammarCompiler
+from app.engine.grammars.llguidance import LlguidanceCompiler
+from app.engine.grammars.reasoning import ReasoningGate, ReasoningMode
+from app.engine.grammars.spec import CompileResult, GrammarKind, GrammarSpec, MaskingLibrary
+from app.engine.grammars.tools.compile import ToolsCompiler
 from app.engine.masking import new_masking
-from app.engine.model import LoadedModel, load_model
-from app.engine.prompt import ChatMessage, render_prompt
-from app.engine.reasoning import ReasoningGate, ReasoningMode
+from app.engine.masking.compare import Follower
+from app.engine.model.forward.base import ServingModel
+from app.engine.model.loading import LoadedModel, load_model
+from app.engine.model.prompt import ChatMessage, render_prompt
+from app.engine.model.sampling import SamplingParams
 from app.engine.records import ReplayResult
-from app.engine.replay import replay, verdict
-from app.engine.sampling import SamplingParams
-from app.engine.session import Session
-from app.engine.tools.compile import ToolsCompiler
+from app.engine.stepper.breakpoints import Breakpoint
+from app.engine.stepper.replay import replay, verdict
+from app.engine.stepper.session import Session
+from app.engine.stepper.stops import EndRules, end_walk
 from app.exceptions import InvalidInput
 from app.settings import Settings
 
@@ -104,10 +106,14 @@ class Engine(Generic[M]):
         compare: MaskingLibrary | None = None,
         draft_tokens: int = 0,
         reasoning: ReasoningMode | ReasoningGate = ReasoningMode.NONE,
+        breakpoints: Sequence[Breakpoint] = (),
+        end_rules: EndRules | None = None,
     ) -> Session:
         """Compile ``grammar`` (unless already compiled), render the prompt and open a session;
         with ``compare``, that library follows the same tokens (see :meth:`follower`); with
-        ``draft_tokens``, each step validates that many speculative drafts first.
+        ``draft_tokens``, each step validates that many speculative drafts first; ``breakpoints``
+        stop a run (see :mod:`app.engine.stepper.breakpoints`); ``end_rules`` apply
+        ``min_tokens``, stop ids and stop strings as vLLM does (:mod:`app.engine.stepper.stops`).
 
         Raises:
             GrammarError: the grammar does not compile.
@@ -135,6 +141,8 @@ class Engine(Generic[M]):
             follower=self.follower(compiled, compare),
             draft_tokens=draft_tokens,
             reasoning=reasoning,
+            breakpoints=breakpoints,
+            end_rules=end_rules,
         )
 
     def replay(
@@ -146,26 +154,34 @@ class Engine(Generic[M]):
         bitmask_for: Collection[int] = (),
         compare: MaskingLibrary | None = None,
         reasoning: ReasoningMode = ReasoningMode.NONE,
+        end_rules: EndRules | None = None,
     ) -> ReplayResult:
         """Walk ``text`` or ``token_ids`` through the grammar (compiled unless it is); no model.
 
         At most ``settings.replay_token_cap`` tokens; bitmasks only for ``bitmask_for``. With
         ``compare``, that library walks the same tokens too and its verdict is the result's
-        ``follower``. ``reasoning`` gates the mask as a session's does.
+        ``follower``. ``reasoning`` gates the mask as a session's does. With ``end_rules``
+        (``min_tokens``, stop ids, stop strings) the result's ``end`` reports the end of
+        generation as vLLM decides it.
 
         Raises:
             ReplayTooLong: more tokens than the cap.
         """
         compiled = self.compile(grammar) if isinstance(grammar, GrammarSpec) else grammar
+        tokens = self.model.tokens
+        end = None if end_rules is None else end_walk(compiled, tokens, end_rules, model=self.model)
         result = replay(
             compiled,
-            self.model.tokens,
+            tokens,
             text=text,
             token_ids=token_ids,
             bitmask_for=bitmask_for,
             max_tokens=self.settings.replay_token_cap,
             reasoning=reasoning,
+            end=end,
         )
+        if end is not None:
+            result = dataclasses.replace(result, end=end.report().to_dict())
         if compare is None:
             return result
         other = self._compare(compiled, compare)

@@ -17,10 +17,46 @@ import numpy as np
 from app.engine.mask import words_from_bytes
 from app.engine.tokens import Tokens
 
-__all__ = ["BlockedClass", "MaskSummary", "summarize_mask"]
+__all__ = [
+    "BlockedClass",
+    "CLASS_LABELS",
+    "DIGITS",
+    "MaskSummary",
+    "STOP",
+    "WHITESPACE",
+    "class_counts",
+    "count_classes",
+    "only",
+    "run_of",
+    "summarize_mask",
+]
 
 #: At most this many allowed tokens, the summary lists them all.
 LIST_MAX = 100
+
+QUOTE = 'containing a double quote "'
+WHITESPACE = "made of whitespace only"
+SPECIAL = "special (end of text, chat markers)"
+LEADING = "starting with whitespace"
+DIGITS = "made of digits only"
+BARE_QUOTE = 'exactly a double quote "'
+STOP = "stop tokens (end generation)"
+#: Every class a record's ``classes`` counts, in this order. The first seven are the ones the
+#: inspector names when a mask blocks them entirely (``blocked_classes``).
+CLASS_LABELS = (
+    QUOTE,
+    "containing a backslash \\",
+    "containing a line break (\\n or \\r)",
+    "containing another control character (U+0000 to U+001F)",
+    WHITESPACE,
+    "holding part of a UTF-8 character",
+    SPECIAL,
+    LEADING,
+    DIGITS,
+    BARE_QUOTE,
+    STOP,
+)
+_NAMED_WHEN_BLOCKED = frozenset(CLASS_LABELS[:7])
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +105,8 @@ class _Features:
     """Per-token facts, computed once per vocabulary."""
 
     classes: tuple[tuple[str, np.ndarray], ...]
+    matrix: np.ndarray  # (classes, vocab) bools, the rows of ``classes`` in its order
+    packed: np.ndarray  # the same rows as bitmask words (uint32, little-endian bit order)
     length: np.ndarray  # characters per token; -1 for special tokens
     special: np.ndarray
 
@@ -92,19 +130,21 @@ def _features(tokens: Tokens) -> _Features:
     )
     space = np.fromiter((b != b"" and b.isspace() for b in data), dtype=bool, count=n)
     partial = np.fromiter((_partial_utf8(b) for b in data), dtype=bool, count=n)
+    leading = np.fromiter((b[:1].isspace() for b in data), dtype=bool, count=n)
+    digits = np.fromiter((b.isdigit() for b in data), dtype=bool, count=n)
+    bare = np.fromiter((b == b'"' for b in data), dtype=bool, count=n)
+    stop = np.zeros(n, dtype=bool)
+    stop[[i for i in tokens.stop_ids if 0 <= i < n]] = True
     length = np.fromiter((len(b.decode("utf-8", "replace")) for b in data), dtype=np.int32, count=n)
     length[special] = -1
     regular = ~special
+    rows = (quote, backslash, newline, control, space, partial)
+    members = [row & regular for row in rows] + [special]
+    members += [leading & regular, digits & regular, bare & regular, stop]
     features = _Features(
-        classes=(
-            ('containing a double quote "', quote & regular),
-            ("containing a backslash \\", backslash & regular),
-            ("containing a line break (\\n or \\r)", newline & regular),
-            ("containing another control character (U+0000 to U+001F)", control & regular),
-            ("made of whitespace only", space & regular),
-            ("holding part of a UTF-8 character", partial & regular),
-            ("special (end of text, chat markers)", special),
-        ),
+        classes=tuple(zip(CLASS_LABELS, members, strict=True)),
+        matrix=np.stack(members),
+        packed=_pack(np.stack(members)),
         length=length,
         special=special,
     )
@@ -137,10 +177,12 @@ def summarize_mask(bitmask: bytes, tokens: Tokens) -> MaskSummary:
     longest = int(lengths.max()) if lengths.size else 0
     blocked: list[BlockedClass] = []
     if count:
-        for label, members in features.classes:
-            size = int(members.sum())
-            if size and not (members & allowed).any():
-                blocked.append(BlockedClass(label, size))
+        sizes = features.matrix.sum(axis=1)
+        for (label, _), size, inside in zip(
+            features.classes, sizes, _counts(features, allowed), strict=True
+        ):
+            if label in _NAMED_WHEN_BLOCKED and size and not inside:
+                blocked.append(BlockedClass(label, int(size)))
         longer = features.length > longest
         size = int(longer.sum())
         if lengths.size and size:
@@ -153,3 +195,64 @@ def summarize_mask(bitmask: bytes, tokens: Tokens) -> MaskSummary:
         blocked_classes=tuple(blocked),
         longest_allowed=longest,
     )
+
+
+def _pack(rows: np.ndarray) -> np.ndarray:
+    """Bool rows as bitmask words: bit ``i % 32`` of word ``i // 32`` is token ``i``."""
+    width = (rows.shape[1] + 31) // 32 * 32
+    padded = np.zeros((rows.shape[0], width), dtype=bool)
+    padded[:, : rows.shape[1]] = rows
+    return np.packbits(padded, axis=1, bitorder="little").view("<u4")
+
+
+def _counts(features: _Features, allowed: np.ndarray) -> np.ndarray:
+    return _counts_packed(features, _pack(allowed[np.newaxis, :])[0])
+
+
+def _counts_packed(features: _Features, words: np.ndarray) -> np.ndarray:
+    # a popcount of the words: about 40 times cheaper than counting the unpacked bools
+    width = features.packed.shape[1]
+    counts: np.ndarray = np.bitwise_count(features.packed & words[:width]).sum(axis=1)
+    return counts
+
+
+def count_classes(allowed: np.ndarray, tokens: Tokens) -> dict[str, int]:
+    """How many tokens of each class of :data:`CLASS_LABELS` ``allowed`` allows: the one count
+    behind both a record's ``classes`` and the inspector's ``blocked_classes``.
+
+    Args:
+        allowed: one bool per token of ``tokens`` (the mask unpacked).
+        tokens: the vocabulary.
+    """
+    counts = _counts(_features(tokens), allowed[: tokens.vocab_size])
+    return {label: int(c) for label, c in zip(CLASS_LABELS, counts, strict=True)}
+
+
+def class_counts(words: np.ndarray, tokens: Tokens) -> dict[str, int]:
+    """:func:`count_classes` of one row of bitmask words (int32 or uint32, as a masking engine
+    fills them), without unpacking them."""
+    counts = _counts_packed(_features(tokens), words.view("<u4"))
+    return {label: int(c) for label, c in zip(CLASS_LABELS, counts, strict=True)}
+
+
+def only(record: Any, label: str) -> bool:
+    """Whether every token ``record`` allowed is of class ``label`` (and one is allowed).
+
+    ``record`` is a step or replay record, or its JSON form: anything with ``classes`` and
+    ``allowed_count``. A record without ``classes`` (an unmasked step) is never "only".
+    """
+    if isinstance(record, dict):
+        classes, allowed = record.get("classes"), record.get("allowed_count")
+    else:
+        classes, allowed = getattr(record, "classes", None), getattr(record, "allowed_count", 0)
+    return bool(allowed) and isinstance(classes, dict) and classes.get(label) == allowed
+
+
+def run_of(records: Any, label: str) -> list[int]:
+    """For each record, how many records in a row up to and including it allowed only class
+    ``label``: ``run_of(steps, WHITESPACE)[i] >= k`` is the "whitespace only for k steps" mark
+    at step ``i``, computed from the records alone."""
+    runs: list[int] = []
+    for record in records:
+        runs.append(runs[-1] + 1 if runs and only(record, label) else int(only(record, label)))
+    return runs

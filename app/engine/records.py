@@ -286,10 +286,15 @@ class StepRecord:
     rollback: RollbackRecord | None = None
     masked: bool = True
     segment: Segment | None = None
+    #: allowed tokens by class (``mask_summary.CLASS_LABELS``); None while unmasked
+    classes: dict[str, int] | None = None
+    #: the labels of the alarms that held at this step (see app.engine.stepper.breakpoints)
+    alarms: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: bytes as base64, tuples as lists; the remote-only fields when set."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["alarms"] = list(self.alarms)
         out["segment"] = self.segment.to_dict() if self.segment else None
         if self.inexact is None:
             del out["inexact"], out["blocked_mass_max"]
@@ -335,6 +340,8 @@ class ReplayToken:
     bitmask: bytes | None = None
     masked: bool = True
     segment: Segment | None = None
+    #: allowed tokens by class (``mask_summary.CLASS_LABELS``); None while unmasked
+    classes: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form; ``bitmask`` only when kept."""
@@ -414,10 +421,14 @@ class ReplayResult:
     rejection: Rejection | None
     follower: ReplayVerdict | None = None
     refusal: Refusal | None = None
+    #: under a serving stack: ``{"stack", "library", "version"}`` that filled the masks
+    mask_by: dict[str, str] | None = None
+    #: the end of generation (``stepper.stops.EndReport``'s JSON form), when rules were given
+    end: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
+        """JSON-ready form (``mask_by`` only under a serving stack)."""
+        out = {
             "accepted": self.accepted,
             "complete": self.complete,
             "tokens": [t.to_dict() for t in self.tokens],
@@ -425,6 +436,11 @@ class ReplayResult:
             "follower": self.follower.to_dict() if self.follower else None,
             "refusal": self.refusal.to_dict() if self.refusal else None,
         }
+        if self.mask_by is not None:
+            out["mask_by"] = dict(self.mask_by)
+        if self.end is not None:
+            out["end"] = self.end
+        return out
 
     def verdict(self, engine: str) -> ReplayVerdict:
         """This replay's verdict, named after the engine that gave it."""

@@ -19,7 +19,7 @@ from app.export.remote import (
     vllm_plan,
 )
 from app.export.request import ExportRequest, Message, PydanticSource, Sampling
-from app.export.snippet import Snippet
+from app.export.snippet import Snippet, refused
 
 __all__ = ["TARGETS", "ExportRequest", "Message", "PydanticSource", "Sampling", "Snippet", "export"]
 
@@ -42,12 +42,27 @@ _LOCAL = {"xgrammar": xgrammar_snippet, "llguidance": llguidance_snippet}
 TARGETS: tuple[str, ...] = (*_PLANS, *_LOCAL, *_CURL)
 
 
+#: The serving stack each remote target sends to, as the Doctor's rows name them.
+_STACKS = {
+    "sglang": "sglang", "sglang_openai": "sglang", "curl_sglang": "sglang",
+    "openai": "openai", "curl_openai": "openai",
+}  # fmt: skip
+_STACK_NAMES = {"sglang": "SGLang", "openai": "OpenAI"}
+
+
 def export(req: ExportRequest, target: str) -> Snippet:
-    """The snippet for ``target`` (one of :data:`TARGETS`).
+    """The snippet for ``target`` (one of :data:`TARGETS`); for a stack whose Doctor row
+    refuses the schema, that row's message instead of a request (issue 45, B7).
 
     Raises:
         KeyError: an unknown target (the web layer validates it first).
     """
+    if target not in TARGETS:
+        raise KeyError(target)
+    stack = _STACKS.get(target, "")
+    message = req.refusal(stack)
+    if message is not None:
+        return refused(target, _STACK_NAMES[stack], message)
     if target in _LOCAL:
         return _LOCAL[target](req)
     if target in _CURL:

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.grammar import GrammarKind
+from app.engine.grammars.spec import GrammarKind
 from app.export.request import ExportRequest
 from app.export.tools import tools_fields
 

@@ -6,9 +6,9 @@ import dataclasses
 import importlib.metadata
 from typing import Any
 
-from app.engine.grammar import GrammarKind
-from app.engine.llguidance.options import NOT_CARRIED_WHY, JsonOptions, json_options
-from app.engine.llguidance.tags import ARGUMENTS_UNCHECKED, WHITESPACE_FLEXIBLE
+from app.engine.grammars.llguidance.options import NOT_CARRIED_WHY, JsonOptions, json_options
+from app.engine.grammars.llguidance.tags import ARGUMENTS_UNCHECKED, WHITESPACE_FLEXIBLE
+from app.engine.grammars.spec import GrammarKind
 from app.export.escape import Code, py
 from app.export.model import Model, with_model
 from app.export.notes import options_line, pydantic_notes, sampling_notes

@@ -102,11 +102,15 @@ def _vllm_fallback_notes(req: ExportRequest, reach: Reach) -> list[str]:
             "outlines: this is not the mask Maskscope showed.",
         ]
     if req.vllm_guidance_error:
+        # never a stack the Doctor says refuses the schema too (issue 45, B7)
+        elsewhere = "use xgrammar locally"
+        if req.refusal("sglang") is None:
+            elsewhere = "serve it with SGLang or " + elsewhere
         return [
             f"No vLLM {VLLM_VERSION} server serves this request: no serve command is given. "
             f"{why}; auto falls back to guidance (llguidance), which refuses it too (HTTP 400: "
             f"{one_line(req.vllm_guidance_error)}). Change the schema (the Doctor's vllm row "
-            "says where), or serve it with SGLang or use xgrammar locally (the other tabs).",
+            f"says where), or {elsewhere} (the other tabs).",
         ]
     serve = ["vllm serve", _word(req.model), f"{VLLM_FLAG}.backend guidance", *others]
     return [

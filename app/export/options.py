@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.grammar import CompileOptions
+from app.engine.grammars.spec import CompileOptions
 
 __all__ = [
     "Layout",

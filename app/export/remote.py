@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import importlib.metadata
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.grammar import GrammarKind
+from app.engine.grammars.spec import GrammarKind
 from app.export.escape import Code, identifier, one_line, py, sh, sh_json
 from app.export.http import (
     SGLANG_URL,
@@ -159,7 +160,12 @@ def _sglang_notes(req: ExportRequest) -> tuple[list[str], list[str]]:
 def sglang_plan(req: ExportRequest) -> Plan:
     """SGLang's native ``/generate`` with the prompt as the chat template rendered it."""
     notes, missing = _sglang_notes(req)
-    if req.raw_prompt is None:
+    if req.raw_prompt is None and req.prompt_text is None and req.messages:
+        missing.append(
+            "the prompt: /generate takes text, and this model's tokenizer has no chat template "
+            "here to render the messages with (the SGLang OpenAI API tab sends the messages)"
+        )
+    elif req.raw_prompt is None:
         notes.append("/generate takes text: the prompt below is the chat template's rendering.")
     return Plan("SGLang, native /generate", sglang_call(req), notes, missing, sdk=False)
 
@@ -302,21 +308,41 @@ def _sdk_code(req: ExportRequest, plan: Plan, pydantic: Model | None, extra: lis
     chat = "messages" in call.body
     if chat:
         method = "chat.completions.parse" if parse else "chat.completions.create"
-        output = "message.parsed" if parse else "message.content"
+        output = "message.parsed" if parse else _chat_output(call)
     else:
         method, output = "completions.create", "text"
     client = "" if call.bearer_env else f'base_url={py(call.base_url)}, api_key="EMPTY"'
+    kwargs = _sdk_kwargs(call, _names(req, call), parse_root=parse)
+    consts = [*constants(req, with_schema=parse is None), *_prompt_constants(call)]
     return render(
         "openai_sdk.py.j2",
         notes=header(plan.title, [*plan.notes, *extra], plan.missing),
         pydantic=pydantic.source if pydantic else None,
-        constants=[*constants(req, with_schema=parse is None), *_prompt_constants(call)],
+        constants=_used(consts, kwargs),
         client=Code(client),
         method=Code(method),
-        kwargs=_sdk_kwargs(call, _names(req, call), parse_root=parse),
+        kwargs=kwargs,
         output=Code("completion.choices[0]." + output),
         uses_json=call.schema_text is not None,
     )
+
+
+def _chat_output(call: HttpCall) -> str:
+    """What a chat answer holds: the tool calls when tools are sent (``content`` is None for a
+    call, issue 45, B8), the text when ``tool_choice`` leaves the model free to answer."""
+    if "tools" not in call.body:
+        return "message.content"
+    if call.body.get("tool_choice") in ("auto", None):
+        return "message.tool_calls or completion.choices[0].message.content"
+    return "message.tool_calls"
+
+
+def _used(
+    consts: list[tuple[Code, Code]], kwargs: list[tuple[Code, Code]]
+) -> list[tuple[Code, Code]]:
+    """The constants the call names (a tools request sends the tools, never the built tag)."""
+    text = "\n".join(str(value) for _, value in kwargs)
+    return [(name, value) for name, value in consts if re.search(rf"\b{name}\b", text)]
 
 
 def _sdk_kwargs(

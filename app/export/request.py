@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine.grammar import CompileOptions, GrammarKind
-from app.engine.tools.base import ToolsRequest
+from app.engine.grammars.spec import CompileOptions, GrammarKind
+from app.engine.grammars.tools.base import ToolsRequest
 
 __all__ = ["ExportRequest", "Message", "PydanticSource", "Sampling", "ToolsExport"]
 
@@ -100,6 +100,8 @@ class ExportRequest:
             take only this form.
         tools: for a ``tools`` source, its request and the tag built (``kind`` is then
             ``structural_tag`` and ``source`` that tag, or ``null`` when none was built).
+        refusals: ``(stack, message)`` for each serving stack whose Doctor row ``refuses`` the
+            schema (``sglang``, ``openai``): its targets give that message, never a request.
     """
 
     kind: GrammarKind
@@ -119,6 +121,11 @@ class ExportRequest:
     vllm_outlines: bool = False
     legacy_tag: Any = None
     tools: ToolsExport | None = None
+    refusals: tuple[tuple[str, str], ...] = ()
+
+    def refusal(self, stack: str) -> str | None:
+        """The Doctor's message when its row for ``stack`` refuses the schema, else None."""
+        return next((message for name, message in self.refusals if name == stack), None)
 
     @property
     def tag(self) -> Any:

@@ -6,12 +6,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.grammar import GrammarKind
+from app.engine.grammars.spec import GrammarKind
 from app.export.escape import Code, comment, py
 from app.export.options import Layout, Reach, differences, layout
 from app.export.request import ExportRequest
 
-__all__ = ["Snippet", "constants", "header", "missing_options"]
+__all__ = ["Snippet", "constants", "header", "missing_options", "refused"]
 
 
 @dataclass(frozen=True)
@@ -24,12 +24,15 @@ class Snippet:
         code: the snippet.
         not_expressible: one sentence per option or input the target cannot express (also in
             a comment in ``code``).
+        refused: the Doctor's message when the target's stack refuses the grammar (``code``
+            is then that message as a comment: no request to send).
     """
 
     target: str
     language: str
     code: str
     not_expressible: tuple[str, ...]
+    refused: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``/api/export`` answer."""
@@ -39,6 +42,17 @@ class Snippet:
             "code": self.code,
             "not_expressible": list(self.not_expressible),
         }
+
+
+def refused(target: str, stack: str, message: str) -> Snippet:
+    """The snippet of a target whose stack refuses the grammar: the Doctor's row, no request."""
+    language = "bash" if target.startswith("curl_") else "python"
+    why = f"{stack} refuses this schema (the Doctor's {stack.lower()} row): {message}"
+    text = (
+        f"Maskscope export: no {stack} request is given. {why}\nChange the schema where the "
+        "Doctor says, or use a target whose row does not refuse it (the other tabs)."
+    )
+    return Snippet(target, language, comment(text), (why,), refused=why)
 
 
 def missing_options(

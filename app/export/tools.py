@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.tools.base import ToolsRequest
+from app.engine.grammars.tools.base import ToolsRequest
 from app.export.options import SGLANG_VERSION, VLLM_FLAG, VLLM_VERSION
 from app.export.request import ToolsExport
 
@@ -163,7 +163,8 @@ def tools_export(
     Args:
         source: the source's JSON, each ``{"$model": ...}`` parameters already replaced by the
             JSON Schema the sandbox derived.
-        built: the compile's :class:`app.engine.tools.base.ToolsBuild` (``result.tools``), or
+        built: the compile's :class:`app.engine.grammars.tools.base.ToolsBuild` (``result.tools``),
+        or
             None when it is not known.
         stack_reasoning: the session's ``reasoning`` setting, if it names one.
     """

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from app.doctor.serialize import normalize
 from app.doctor.witnesses import ValidateMany
 from app.engine import AnyEngine, CompileResult, Validation
-from app.engine.validation import validate_output
+from app.engine.grammars.validation import validate_output
 from app.exceptions import GrammarTooSlow, ReplayTooLong
 from app.schematests.records import GrammarVerdict, SchemaTest, SchemaTestResult
 

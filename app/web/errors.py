@@ -75,7 +75,7 @@ class ErrorOut(BaseModel):
     error: ErrorDetail
 
 
-#: The OpenAPI entry of the 403 any route may answer (app/web/security.py).
+#: The OpenAPI entry of the 403 any route may answer (app/web/middleware/security.py).
 FORBIDDEN_RESPONSE: dict[int | str, dict[str, Any]] = {
     403: {
         "model": ErrorOut,

@@ -29,6 +29,8 @@
     if (ui.running) MS.stopRun();
     if (!area || area.classList.contains("stale") || !$("#session", area)) return;
     area.classList.add("stale");
+    const inspector = $("#inspector");  // its step belongs to the old output too (C9)
+    if (inspector && inspector.dataset.session) inspector.classList.add("stale");
     const note = document.createElement("p");
     note.className = "stale-note";
     note.textContent = "This output belongs to the previous setup (schema, kind, options, example or prompt changed). Step or Run starts a new session.";

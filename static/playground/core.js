@@ -40,7 +40,7 @@ window.MS = (() => {
     return chain;
   }
 
-  // The page's CSRF token (app/web/security.py): htmx sends it on every request (app.js), and
+  // The page's CSRF token (app/web/middleware/security.py): htmx sends it on every request (app.js), and
   // so must every fetch() that changes state.
   const meta = (name) => (document.querySelector(`meta[name="${name}"]`) || { content: "" }).content;
   const csrfHeaders = () => ({ "X-CSRF-Token": meta("csrf-token"), ...scopeHeaders() });
@@ -96,7 +96,7 @@ window.MS = (() => {
   }
 
   // The path the server is served under behind a proxy ("" at /, else "/maskscope": see
-  // app/web/rootpath.py). url() puts it before an app path, for fetch() and links; every htmx
+  // app/web/middleware/rootpath.py). url() puts it before an app path, for fetch() and links; every htmx
   // request path starting with "/" gets it here, once, so hx-post="/ui/..." stays as written.
   const rootPath = meta("root-path");
   const url = (path) => (rootPath && path.startsWith("/") && !path.startsWith(`${rootPath}/`) ? rootPath + path : path);

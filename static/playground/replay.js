@@ -34,20 +34,24 @@
   }
 
   // After a replay: the refused character scrolled into view, the schema line at fault marked,
-  // and an inspector showing a token of the previous replay cleared (issue 26, problem 3).
+  // and the inspector on the refused token, as a test's click opens it (issue 45, C16): never
+  // a Generate step or a token of the previous replay beside this refusal (B4, issue 26's 3).
   function onReplayResult() {
     const result = $("#replay-result");
     if (!result) return;
-    const inspector = $("#inspector");
-    if (inspector && inspector.dataset.replay) MS.resetInspector();
+    MS.resetInspector();
+    const refused = $(".chip.refused", result);
+    if (refused) selectReplayToken(Number(refused.dataset.index));
     const mark = $("mark", result);
     if (mark) mark.scrollIntoView({ block: "nearest", inline: "center" });
     const line = Number(result.dataset.schemaLine || 0);
     MS.markReplayLine(line, result.dataset.cause || "");
   }
 
-  // A Doctor finding's example, clicked: replayed in the Replay tab.
+  // A Doctor finding's example, clicked: replayed in the Replay tab, in view (a maximised
+  // panel is restored, issue 45, C6).
   function openReplay(text) {
+    MS.setDockMaximised(false);
     const radio = $('input[name="mode"][value="replay"]');
     if (radio) radio.checked = true;
     setMode(true);
@@ -63,6 +67,12 @@
     $$('input[name="mode"]').forEach((radio) => radio.addEventListener("change", () => {
       setMode(replayMode());
       radio.blur();
+      // Back on Generate: the inspector shows the step selected there, not a replayed token.
+      const inspector = $("#inspector");
+      if (!replayMode() && inspector && inspector.dataset.replay) {
+        MS.resetInspector();
+        if (ui.selected !== null) MS.inspect(ui.selected);
+      }
     }));
   }
 

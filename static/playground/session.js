@@ -154,12 +154,15 @@
     const chips = $$("#tokens .chip");
     const later = chips.slice(at);
     if (allowed && later.length > 1) {
-      const ok = window.confirm(`Forcing here replaces token #${at} and discards the ${later.length - 1} tokens after it. ← Back right after brings them back. Force?`);
+      const ok = window.confirm(`Forcing here replaces token #${at} and discards ${dropped(later.length - 1)} after it. Undo (Backspace) right after brings them back. Force?`);
       if (!ok) return;
     }
     const discarded = later.map((c) => ({ token: Number(c.dataset.tokenId), forced: c.classList.contains("forced") }));
     const session = ui.sessionId;
     await MS.request("action", "POST", `/ui/sessions/${session}/force`, { target: "#tokens", swap: "beforeend", values: { token_id: tokenId, at } });
+    // Refused (a blocked token: the toast says why): nothing changed, the selection stays on
+    // the step inspected (issue 45, B5); taken, the steps end at `at` and the selection follows.
+    if (chipCount() !== at + 1) { MS.markSelected(); return; }
     followLast();
     const chip = $(`#tok-${at}`);
     if (session === ui.sessionId && chipCount() === at + 1 && chip && chip.dataset.tokenId === String(tokenId) && discarded.length) {
@@ -167,6 +170,9 @@
       showDiscarded();
     }
   }
+
+  // The count the force's question and its note both give: the tokens after the forced one.
+  const dropped = (n) => `${n} token${n === 1 ? "" : "s"}`;
 
   // The note belongs to the session and the setup it was made in: a run, a step forward, a
   // reset, a new session or setup takes it away.
@@ -179,7 +185,7 @@
     const note = $("#discarded-note");
     if (!note) return;
     note.hidden = !ui.discarded;
-    if (ui.discarded) note.textContent = `Forced at #${ui.discarded.at}: ${ui.discarded.steps.length} tokens from there on were discarded. Undo (Backspace) restores them.`;
+    if (ui.discarded) note.textContent = `Forced at #${ui.discarded.at}: ${dropped(ui.discarded.steps.length - 1)} after it discarded. Undo (Backspace) restores them.`;
   }
 
   async function restoreDiscarded() {
@@ -227,12 +233,38 @@
 
   // A control that cannot act is disabled: Step and Run at the end of a run (until the setup
   // changes: then they start a new session), Undo with no step to undo, both during a run.
+  // Step and Run also wait while no new session can start: the source does not compile (the
+  // error's line is named, M6), or the model picked has no forward pass (a tokenizer-only
+  // model: Replay, the Doctor and Code work on it, C10).
   function updateControls() {
     const fresh = Boolean(ui.sessionId) && !ui.dirty;
     const done = fresh && sessionDone();
-    $("#btn-step").disabled = ui.running || done;
-    $("#btn-run").disabled = !ui.running && done;
+    const why = fresh ? "" : cannotStart();
+    $("#btn-step").disabled = ui.running || done || Boolean(why);
+    $("#btn-run").disabled = (!ui.running && done) || (!ui.running && Boolean(why));
     $("#btn-back").disabled = ui.running || !fresh || chipCount() === 0;
+    $("#controls").dataset.why = why;
+    for (const id of ["#btn-step", "#btn-run"]) {
+      const button = $(id);
+      if (why) {
+        if (button.dataset.title === undefined) button.dataset.title = button.title;
+        button.title = why;
+      } else if (button.dataset.title !== undefined) {
+        button.title = button.dataset.title;
+        delete button.dataset.title;
+      }
+    }
+  }
+
+  function cannotStart() {
+    const picked = $("#model option:checked");
+    if (picked && picked.dataset.kind === "tokenizer") {
+      return `${picked.value} is a tokenizer-only model: it cannot generate (Replay, the Doctor and Code work on it)`;
+    }
+    const error = $("#compile-result[data-error-message]");
+    if (!error) return "";
+    const line = error.dataset.errorLine ? ` (line ${error.dataset.errorLine})` : "";
+    return `the source does not compile${line}: ${error.dataset.errorMessage}`;
   }
 
   // The counter follows the chips as they stream; the server's status replaces it at the end.

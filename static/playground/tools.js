@@ -5,6 +5,7 @@
   "use strict";
   const { $, $$, ui } = MS;
   let formats = [];
+  let builderNote = "";  // what the last builder switch did to the format
 
   function parsed() {
     try {
@@ -51,19 +52,61 @@
     picker.value = typeof choice === "string" ? choice : `function:${(choice.function || {}).name}`;
   }
 
+  // mask_after_end waits for the reasoning's end marker: a tools build with none can never
+  // start masking, so the combination is flagged beside the select (issue 45, C11).
+  function flagReasoning() {
+    const flag = $("#reasoning-flag");
+    const built = $("#compile-result .stats") && $("#compile-result #tag-text");
+    const ends = /reasoning ends at/.test(($("#compile-result") || { textContent: "" }).textContent);
+    const impossible = ui.kind === "tools" && $("#reasoning").value === "mask_after_end" && built && !ends;
+    flag.textContent = impossible ? "⚠ this tag has no reasoning end marker: set the builder's reasoning to enabled, or pick none" : "";
+  }
+
   // Source -> controls, after each change of the source (its compile) and of the kind.
   function sync() {
     document.body.classList.toggle("kind-tools", ui.kind === "tools");
-    document.body.classList.toggle("kind-tag", ui.kind === "tools" || ui.kind === "structural_tag");
+    const tag = ui.kind === "tools" || ui.kind === "structural_tag";
+    document.body.classList.toggle("kind-tag", tag);
+    // A kind with no reasoning block sends no stack reasoning: a hidden select must not refuse
+    // a JSON example's session (issue 45, B1); its value comes back with the tag kinds.
+    $("#reasoning").disabled = !tag;
+    flagReasoning();
     if (ui.kind !== "tools") return;
     const data = parsed();
-    $("#tools-note").textContent = data ? "" : "the controls edit the source once it is a JSON object";
+    $("#tools-note").textContent = data ? builderNote : "the controls edit the source once it is a JSON object";
     if (!data) return;
     $("#tools-builder").value = data.builder || "xgrammar";
     fillFormats(data.builder || "xgrammar", data.format);
     fillChoices(data);
     $("#tools-reasoning").value = data.reasoning || "auto";
     $("#tools-parallel").checked = data.parallel_tool_calls !== false;
+  }
+
+  // The same model family's format under the other builder (xgrammar's builtin key, vLLM's tool
+  // parser), so that a builder switch keeps the format (issue 45, C4).
+  const COUNTERPARTS = {
+    qwen_3: "hermes", qwen_3_coder: "qwen3_coder", llama: "llama3_json", kimi: "kimi_k2",
+    kimi_k3: "kimi_k3", deepseek_r1: "deepseek_v3", deepseek_v3_1: "deepseek_v31",
+    deepseek_v3_2: "deepseek_v32", deepseek_v4: "deepseek_v4", deepseek_v4_1: "deepseek_v41",
+    glm_4_7: "glm47", harmony: "openai", gemma_4: "gemma4", minimax: "minimax_m2",
+    minimax_m3: "minimax_m3", mimo: "mimo",
+  };
+  const counterpart = (name, builder) => (builder === "vllm" ? COUNTERPARTS[name]
+    : Object.keys(COUNTERPARTS).find((key) => COUNTERPARTS[key] === name));
+
+  // A builder switch: the format's counterpart when it has one; else the format is left for the
+  // user to pick (never silently the list's first name), and the note says so.
+  function switchFormat(data, builder) {
+    const usable = (name) => formats.some((f) => f.builder === builder && f.available && f.name === name);
+    if (usable(data.format)) return "";
+    const twin = counterpart(data.format, builder);
+    if (twin && usable(twin)) {
+      const was = data.format;
+      data.format = twin;
+      return `format ${was} is ${twin} under ${builder}`;
+    }
+    const was = data.format;
+    return `${builder} has no counterpart of ${was}: pick its format`;
   }
 
   // Controls -> source: the field rewritten, the rest of the source kept.
@@ -76,9 +119,13 @@
       // vLLM holds the mask off until the reasoning ends when it has a reasoning parser: its
       // default, so the stack's setting follows (the user may change it back).
       if (t.value === "vllm" && data.reasoning_parser) $("#reasoning").value = "mask_after_end";
-      const first = formats.find((f) => f.builder === t.value && f.available && f.name);
-      if (first && !formats.some((f) => f.builder === t.value && f.name === data.format)) data.format = first.name;
-    } else if (t.id === "tools-format") data.format = t.value;
+      builderNote = switchFormat(data, t.value);
+      MS.setSource(JSON.stringify(data, null, 2) + "\n");
+      sync();
+      return;
+    }
+    builderNote = "";
+    if (t.id === "tools-format") data.format = t.value;
     else if (t.id === "tools-choice") {
       data.tool_choice = t.value.startsWith("function:")
         ? { type: "function", function: { name: t.value.slice("function:".length) } } : t.value;
@@ -112,6 +159,7 @@
     const setKind = MS.setKind;
     MS.setKind = (kind) => { setKind(kind); sync(); };
     $("#tools-controls").addEventListener("change", edited);
+    $("#reasoning").addEventListener("change", flagReasoning);
     document.body.addEventListener("click", (event) => {
       const button = event.target.closest("#btn-open-tag");
       if (button) openTag(button);

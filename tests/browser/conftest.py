@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from tests.tiers import refuse_outside_tier
+
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent.parent.parent / "test-artifacts"
 # Flags Debian's chromium needs here: no sandbox as root, and no background connections (the
@@ -19,8 +21,9 @@ CHROMIUM_ARGS = [
 
 
 @pytest.fixture(scope="session")
-def browser() -> Iterator[Browser]:
-    """Debian's chromium (``make test`` installs it)."""
+def browser(request: pytest.FixtureRequest) -> Iterator[Browser]:
+    """Debian's chromium (``make test`` installs it; marks its tests ``browser``)."""
+    refuse_outside_tier(request.config, "browser", "Chromium")
     assert CHROMIUM.exists(), "chromium is missing: run `make test`, which installs it"
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
@@ -28,7 +31,8 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
-# The page's CSP violations (app/web/security.py), as the page itself hears of them; the init
+# The page's CSP violations (app/web/middleware/security.py), as the page itself hears of them; the
+# init
 # script runs outside the page's CSP.
 REPORT_CSP_VIOLATIONS = """
 document.addEventListener("securitypolicyviolation", (e) => console.error(

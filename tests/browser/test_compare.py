@@ -8,7 +8,8 @@ from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import ARTIFACTS
 
-# llguidance accepts JSON's "-0", xgrammar 0.2.9 does not (tests/engine/test_compare.py): forced
+# llguidance accepts JSON's "-0", xgrammar 0.2.9 does not (tests/engine/masking/test_compare.py):
+# forced
 # "-" then "0" under llguidance, the xgrammar follower diverges and ends at step 1.
 INTEGER = {"kind": "json_schema", "source": '{"type": "integer"}', "engine": "llguidance"}
 

@@ -18,7 +18,7 @@ from app.settings import Settings
 from app.store.permalinks import PermalinkStore
 from tests.browser.conftest import ARTIFACTS
 from tests.conftest import serve
-from tests.engine.remote.conftest import spec_for
+from tests.engine.model.remote.conftest import spec_for
 from tests.vllm_server import VllmServer
 from tests.web.test_model_picker import snapshot_made_on
 

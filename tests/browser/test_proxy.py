@@ -23,6 +23,9 @@ from tests.conftest import free_port
 from tests.nginx import Nginx
 from tests.tcp_proxy import TcpProxy
 
+# Real nginx and Caddy in front of the app: the server tier (docs/testing.md)
+pytestmark = pytest.mark.server
+
 DOCS = Path(__file__).resolve().parent.parent.parent / "docs" / "proxy"
 PREFIX = "/maskscope"
 

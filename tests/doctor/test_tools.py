@@ -19,6 +19,7 @@ from app.engine.jsonpointer import locate
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import as_page
+from tests.doctor.conftest import counted
 
 #: What xgrammar ignores in a schema: ``uniqueItems`` (and ``maxItems`` beside it is kept).
 TAGS = {
@@ -45,7 +46,7 @@ def source(tools: list[dict[str, Any]], **fields: Any) -> str:
 
 
 def examine(doctor: Doctor, text: str) -> DoctorReport:
-    return doctor.examine(GrammarSpec(GrammarKind.TOOLS, text), seed=0, budget_ms=3000)
+    return counted(doctor.examine(GrammarSpec(GrammarKind.TOOLS, text), seed=0))
 
 
 def _row(report: DoctorReport, backend: str) -> Any:
@@ -148,7 +149,7 @@ def test_the_web_answer_points_into_the_tools_source(client: TestClient) -> None
     """Through a Doctor process (the tag crosses its pipe) and on the page's Doctor tab."""
     text = source([tool("get_tags", TAGS, strict=True)])
     grammar = {"kind": "tools", "source": text}
-    response = client.post("/api/doctor", json={"grammar": grammar, "budget_ms": 2000})
+    response = client.post("/api/doctor", json={"grammar": grammar})  # the default safety stop
     assert response.status_code == 200, response.text
     answer = response.json()
     unique = next(k for k in answer["keywords"] if k["keyword"] == "uniqueItems")
@@ -166,7 +167,7 @@ def test_a_structural_tags_leaves_are_examined_too(doctor: Doctor) -> None:
     tag = {"type": "structural_tag", "format": {"type": "tag", "begin": "<tags>",
            "content": {"type": "json_schema", "json_schema": TAGS}, "end": "</tags>"}}  # fmt: skip
     text = json.dumps(tag, indent=2)
-    report = doctor.examine(GrammarSpec(GrammarKind.STRUCTURAL_TAG, text), budget_ms=2000)
+    report = counted(doctor.examine(GrammarSpec(GrammarKind.STRUCTURAL_TAG, text)))
     unique = next(k for k in report.keywords if k.keyword == "uniqueItems")
     assert unique.pointer == "/format/content/json_schema/properties/tags/uniqueItems"
     assert unique.status in (Status.IGNORED, Status.WEAKENED)

@@ -18,7 +18,7 @@ from app.engine import (
 )
 from app.engine.mask import words_from_bytes
 from app.engine.masking import new_masking
-from app.engine.prompt import render_prompt
+from app.engine.model.prompt import render_prompt
 from app.examples import load_examples
 from tests.engine.faults import Fault, FaultyForward, FaultyMasking
 

@@ -8,9 +8,9 @@ from typing import Any, TypeVar
 
 import torch
 
-from app.engine.forward.base import ForwardEngine, RawDistribution
 from app.engine.masking.base import MaskingEngine
-from app.engine.sampling import SamplingParams
+from app.engine.model.forward.base import ForwardEngine, RawDistribution
+from app.engine.model.sampling import SamplingParams
 
 __all__ = ["BrokenRollback", "Fault", "FaultyForward", "FaultyMasking", "Injected", "flip_bit"]
 

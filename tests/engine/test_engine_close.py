@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from app.engine import Engine, GrammarCompiler, GrammarKind, GrammarSpec
-from app.engine.remote.check import ServerFacts
-from app.engine.remote.client import VllmClient
-from app.engine.remote.model import RemoteModel
+from app.engine.model.remote.check import ServerFacts
+from app.engine.model.remote.client import VllmClient
+from app.engine.model.remote.model import RemoteModel
 from app.exceptions import GrammarError, MaskscopeError
 from app.settings import RemoteEngineSpec, Settings
 from tests.conftest import free_port

@@ -4,7 +4,11 @@ names: at module level, under ``TYPE_CHECKING``, and inside functions."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import app.engine
 
@@ -77,10 +81,12 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_every_kind_of_import() -> None:
     graph = import_graph()
-    assert "app.engine.forward.local" in graph["app.engine.model"]  # from a.b import C
-    assert "app.engine.compile_worker" in graph["app.engine.compiler"]  # from a import module
+    assert "app.engine.model.forward.local" in graph["app.engine.model.loading"]  # a.b import C
+    assert (
+        "app.engine.grammars.compile_worker" in graph["app.engine.grammars.compiler"]
+    )  # a import b
     # imports inside a function count too
-    assert "app.engine.schema_refs" in graph["app.engine.compile_worker"]
+    assert "app.engine.grammars.schema_refs" in graph["app.engine.grammars.compile_worker"]
 
 
 def test_cycles_are_found() -> None:
@@ -94,5 +100,66 @@ def test_the_engine_has_no_import_cycle() -> None:
 
 def test_the_forward_engines_do_not_import_the_models() -> None:
     graph = import_graph()
-    for module in ("app.engine.forward.base", "app.engine.forward.local"):
-        assert not graph[module] & {"app.engine.model", "app.engine.remote.model"}, module
+    for module in ("app.engine.model.forward.base", "app.engine.model.forward.local"):
+        assert not graph[module] & {"app.engine.model.loading", "app.engine.model.remote.model"}
+
+
+#: The engine's rooms from the bottom: a module imports only from its own room or lower ones.
+#: The modules directly in ``app/engine/`` (and ``kernels/``) are the shared leaves.
+ROOMS = (
+    "leaves",
+    "model",
+    "grammars",
+    "masking",
+    "stepper",
+    "stacks",
+    "engine",
+    "factories",
+    "front door",
+)
+
+
+def room_of(module: str) -> str:
+    """The room a module of the engine is in."""
+    parts = module.split(".")[2:]
+    if not parts:
+        return "front door"
+    if parts[0] in ROOMS:
+        return parts[0]
+    return "leaves"
+
+
+def test_every_room_exists() -> None:
+    rooms = {room_of(m) for m in import_graph()}
+    assert rooms == set(ROOMS)
+
+
+def test_no_import_runs_back_up_between_the_rooms() -> None:
+    up = sorted(
+        f"{source} ({room_of(source)}) imports {target} ({room_of(target)})"
+        for source, targets in import_graph().items()
+        for target in targets
+        if ROOMS.index(room_of(target)) > ROOMS.index(room_of(source))
+    )
+    assert up == []
+
+
+def test_the_front_door_imports_nothing_until_a_name_is_used() -> None:
+    import app.engine as door
+
+    assert door.__all__ == sorted(door.__all__)
+    for name in door.__all__:
+        assert getattr(door, name) is not None, name
+
+
+def loaded_after_import(module: str) -> set[str]:
+    """The modules a fresh interpreter holds after importing ``module``."""
+    code = f"import sys, {module}; print(' '.join(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+@pytest.mark.parametrize("module", ["app.engine", "app.engine.grammars.compile_worker"])
+def test_the_front_door_and_the_compile_worker_load_no_torch(module: str) -> None:
+    # The compile worker meets torch only through xgrammar itself, when it first compiles.
+    assert not loaded_after_import(module) & {"torch", "transformers", "xgrammar"}

@@ -14,11 +14,11 @@ import xgrammar as xgr
 
 from app.engine import Engine, GrammarKind, GrammarSpec, MaskingLibrary
 from app.engine.budget import WalkBudget, checkpoint, walk_budget
+from app.engine.grammars.reasoning import ReasoningGate, ReasoningMode
 from app.engine.masking import new_masking
 from app.engine.masking.xgrammar import JUMP_FORWARD_CAP
-from app.engine.reasoning import ReasoningGate, ReasoningMode
-from app.engine.replay import replay, verdict
-from app.engine.segments import SegmentTracker
+from app.engine.stepper.replay import replay, verdict
+from app.engine.stepper.segments import SegmentTracker
 from app.exceptions import GrammarTooSlow, RequestEnded
 
 HOSTILE = 'root ::= root root | "a"'

@@ -3,7 +3,7 @@ tokens, logits computed deterministically from the prefix.
 
 It tests the stepper's rules (step, back, force, rollback, stop reasons, top-K and blocked-mass
 bookkeeping) in milliseconds. It says nothing about a real model: the tests that claim to test
-the model run the real one (``tests/engine/test_session.py``).
+the model run the real one (``tests/engine/stepper/test_session.py``).
 
 The masks are real: the grammars compile with xgrammar for the toy vocabulary, in-process,
 through the same request function the compile workers run.
@@ -19,13 +19,13 @@ from typing import Any
 import torch
 import xgrammar as xgr
 
-from app.engine.compile_worker import compile_request
-from app.engine.forward.base import ForwardEngine, ModelIdentity, RawDistribution
-from app.engine.grammar import CompileResult, GrammarKind, GrammarSpec
+from app.engine.grammars.compile_worker import compile_request
+from app.engine.grammars.spec import CompileResult, GrammarKind, GrammarSpec
 from app.engine.masking import MaskingEngine, new_masking
-from app.engine.prompt import Prompt, render_prompt
-from app.engine.sampling import SamplingParams, choose_token
-from app.engine.session import Session
+from app.engine.model.forward.base import ForwardEngine, ModelIdentity, RawDistribution
+from app.engine.model.prompt import Prompt, render_prompt
+from app.engine.model.sampling import SamplingParams, choose_token
+from app.engine.stepper.session import Session
 from app.engine.tokens import Tokens
 from app.exceptions import MaskscopeError
 from tests.engine.faults import BrokenRollback, Fault, FaultyForward, FaultyMasking

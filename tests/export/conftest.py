@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from app.engine import Engine, GrammarSpec, render_prompt
-from app.engine.grammar import CompileOptions, GrammarKind
+from app.engine.grammars.spec import CompileOptions, GrammarKind
 from app.examples import load_examples
 from app.export import ExportRequest, Message, PydanticSource, Sampling
 

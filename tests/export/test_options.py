@@ -7,7 +7,7 @@ import json
 
 import xgrammar as xgr
 
-from app.engine.grammar import CompileOptions
+from app.engine.grammars.spec import CompileOptions
 from app.export.options import (
     differences,
     layout,

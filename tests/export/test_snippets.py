@@ -12,8 +12,8 @@ import llguidance
 import pytest
 
 from app.engine import ChatMessage, Engine, GrammarSpec
-from app.engine.grammar import CompileOptions, GrammarKind, MaskingLibrary
-from app.engine.llguidance.options import strict_schema
+from app.engine.grammars.llguidance.options import strict_schema
+from app.engine.grammars.spec import CompileOptions, GrammarKind, MaskingLibrary
 from app.export import TARGETS, ExportRequest, Message, PydanticSource, Sampling, export
 from tests.export.conftest import (
     PRICING,

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from app.engine import Engine, GrammarKind, GrammarSpec, MaskingLibrary
-from app.engine.structural_tag import parse_tag
+from app.engine.grammars.structural_tag import parse_tag
 from app.export import export
 from tests.export.conftest import (
     Capture,
@@ -75,6 +75,7 @@ print(json.dumps(answers))
 """
 
 
+@pytest.mark.server  # vLLM's own code, run in .venv-vllm: the server tier
 def test_vllms_own_request_model_takes_the_raw_tag_request(
     engine: Engine, capture: Capture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from app.engine.grammar import CompileOptions, GrammarKind
-from app.engine.tools.base import ToolsBuild
+from app.engine.grammars.spec import CompileOptions, GrammarKind
+from app.engine.grammars.tools.base import ToolsBuild
 from app.export import TARGETS, ExportRequest, Message, export
 from app.export.remote import vllm_tools_command
 from app.export.tools import tools_export
@@ -167,6 +167,7 @@ def _argv(command: str) -> tuple[dict[str, str], list[str]]:
     return env, words[2:]
 
 
+@pytest.mark.server  # vLLM's own code, run in .venv-vllm: the server tier
 def test_vllms_own_request_model_and_argument_parser_take_the_export(
     capture: Capture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -127,11 +127,10 @@ def test_the_process_has_no_environment_and_a_temporary_directory() -> None:
 
 
 def test_cpu_time_is_limited() -> None:
-    started = time.monotonic()
+    # The CPU limit, not the wall limit, ended it: the message names the one that tripped.
     with pytest.raises(PydanticFailed) as caught:
         _child("while True:\n    pass", Limits(cpu_s=1, wall_s=10))
     assert caught.value.message == "the source used more than 1 s of CPU time"
-    assert time.monotonic() - started < 8
 
 
 def test_wall_time_is_limited() -> None:

@@ -10,7 +10,8 @@ import pytest
 from app.store import SnapshotStore, open_store
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+# PostgreSQL is a real server: its tests are marked so (docs/testing.md), the fixture asks late.
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.server)])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A new empty store's URL, of each kind."""
     if request.param == "sqlite":

@@ -1,4 +1,5 @@
-"""The app built in-process around the shared engine."""
+"""The app built in-process around the shared engine (the real model), or around an engine on
+the toy model (``toy_client``: the fast tier, tests/web/toy_app.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from app.examples import load_examples
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import as_page
+from tests.web.toy_app import toy_engine
 
 NESTED_SOURCE = next(e for e in load_examples() if e.id == "nested").source()
 
@@ -28,6 +30,32 @@ def app(engine: Engine) -> FastAPI:
 def client(app: FastAPI) -> Iterator[TestClient]:
     """An in-process client (lifespan included) carrying the page's CSRF cookie and token."""
     with TestClient(app) as test_client:
+        yield as_page(test_client)
+
+
+#: The caps of the apps above: the same on the toy engine.
+TOY_SETTINGS: dict[str, Any] = {"max_sessions": 8, "max_body_bytes": 300_000}
+
+
+@pytest.fixture(scope="session")
+def toy() -> Iterator[Engine]:
+    """An engine on the toy model (real xgrammar masks for a 36-token vocabulary, one compile
+    worker), shared by the session's toy apps: for the tests whose point is not the model."""
+    engine = toy_engine(Settings(**TOY_SETTINGS))
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def toy_app(toy: Engine) -> FastAPI:
+    """:func:`app` on the toy engine."""
+    return create_app(Settings(**TOY_SETTINGS), engine=toy)
+
+
+@pytest.fixture(scope="module")
+def toy_client(toy_app: FastAPI) -> Iterator[TestClient]:
+    """:func:`client` on the toy engine."""
+    with TestClient(toy_app) as test_client:
         yield as_page(test_client)
 
 

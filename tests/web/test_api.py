@@ -18,6 +18,7 @@ STEP_KEYS = {
     "blocked_mass", "allowed_count", "vocab_size", "bitmask", "depth", "path", "rules",
     "jump_forward", "probe", "mask_accept_agree", "engine", "forward_ms", "mask_us", "total_ms",
     "terminated", "allowed_tokens", "follower", "drafts", "rollback", "masked", "segment",
+    "alarms",
 }  # fmt: skip
 
 
@@ -57,25 +58,25 @@ def test_readyz_is_503_until_the_model_loads() -> None:
         assert compile_error.status_code == 503
 
 
-def test_compile(client: TestClient) -> None:
+def test_compile(toy_client: TestClient) -> None:
     x = {"type": "number", "multipleOf": 2}
     # A title no other test compiles: the compile cache is shared by the whole test session.
     source = json.dumps({"title": "test_compile", "type": "object", "properties": {"x": x}})
     body = {"kind": "json_schema", "source": source}
-    first = client.post("/api/compile", json=body).json()
+    first = toy_client.post("/api/compile", json=body).json()
     assert first["warnings"] == ["multipleOf is not supported for type:number; ignoring multipleOf"]
     assert first["stats"]["cached"] is False and first["stats"]["size_bytes"] > 0
     assert "root ::=" in first["grammar"]
     assert first["options"]["any_whitespace"] is False and first["options"]["preset"] == "maskscope"
-    again = client.post("/api/compile", json=body).json()
+    again = toy_client.post("/api/compile", json=body).json()
     assert again["stats"]["cached"] is True and again["warnings"] == first["warnings"]
 
 
-def test_presets_fill_options_and_explicit_ones_win(client: TestClient) -> None:
+def test_presets_fill_options_and_explicit_ones_win(toy_client: TestClient) -> None:
     body = {"kind": "json_schema", "source": '{"type": "integer"}', "options": {"preset": "vllm"}}
-    assert client.post("/api/compile", json=body).json()["options"]["any_whitespace"] is True
+    assert toy_client.post("/api/compile", json=body).json()["options"]["any_whitespace"] is True
     body["options"] = {"preset": "vllm", "any_whitespace": False, "indent": 2}
-    options = client.post("/api/compile", json=body).json()["options"]
+    options = toy_client.post("/api/compile", json=body).json()["options"]
     assert options["any_whitespace"] is False and options["indent"] == 2
 
 
@@ -96,14 +97,14 @@ def test_presets_fill_options_and_explicit_ones_win(client: TestClient) -> None:
     ],
 )
 def test_compile_errors_are_422_with_a_place(
-    client: TestClient, body: dict[str, Any], where: dict[str, Any]
+    toy_client: TestClient, body: dict[str, Any], where: dict[str, Any]
 ) -> None:
-    error = _error(client.post("/api/compile", json=body), 422)
+    error = _error(toy_client.post("/api/compile", json=body), 422)
     assert {k: error.get(k) for k in where} == where
 
 
-def test_malformed_json_is_400(client: TestClient) -> None:
-    response = client.post(
+def test_malformed_json_is_400(toy_client: TestClient) -> None:
+    response = toy_client.post(
         "/api/compile", content=b'{"kind": ', headers={"content-type": "application/json"}
     )
     assert _error(response, 400, "malformed")["message"].startswith("malformed JSON")
@@ -120,15 +121,15 @@ def test_malformed_json_is_400(client: TestClient) -> None:
     ],
 )
 def test_invalid_requests_are_422_with_a_pointer(
-    client: TestClient, body: dict[str, Any], pointer: str
+    toy_client: TestClient, body: dict[str, Any], pointer: str
 ) -> None:
-    error = _error(client.post("/api/compile", json=body), 422, "invalid_request")
+    error = _error(toy_client.post("/api/compile", json=body), 422, "invalid_request")
     assert error["pointer"] == pointer
     assert error["message"].startswith(pointer)
 
 
-def test_invalid_unicode_is_422(client: TestClient) -> None:
-    response = client.post(
+def test_invalid_unicode_is_422(toy_client: TestClient) -> None:
+    response = toy_client.post(
         "/api/compile",
         content=b'{"kind": "regex", "source": "a\\ud800"}',
         headers={"content-type": "application/json"},
@@ -137,15 +138,15 @@ def test_invalid_unicode_is_422(client: TestClient) -> None:
     assert error["pointer"] == "/source" and "unicode" in error["message"]
 
 
-def test_a_body_too_large_is_413(client: TestClient) -> None:
+def test_a_body_too_large_is_413(toy_client: TestClient) -> None:
     body = {"kind": "regex", "source": "a" * 400_000}
-    _error(client.post("/api/compile", json=body), 413, "too_large")
+    _error(toy_client.post("/api/compile", json=body), 413, "too_large")
 
 
-def test_unknown_routes_and_sessions_are_404(client: TestClient) -> None:
-    _error(client.get("/api/nothing"), 404)
-    _error(client.post("/api/sessions/nope/step", json={"n": 1}), 404, "session_not_found")
-    _error(client.get("/api/sessions/nope"), 404)
+def test_unknown_routes_and_sessions_are_404(toy_client: TestClient) -> None:
+    _error(toy_client.get("/api/nothing"), 404)
+    _error(toy_client.post("/api/sessions/nope/step", json={"n": 1}), 404, "session_not_found")
+    _error(toy_client.get("/api/sessions/nope"), 404)
 
 
 def test_a_session_steps_backs_and_forces(client: TestClient) -> None:
@@ -243,9 +244,9 @@ def test_a_reconnect_resumes_and_never_regenerates(client: TestClient) -> None:
     assert steps[:2] == taken[3:5]  # timings too: these were sent again, not generated again
 
 
-def test_pause_answers_with_the_state(client: TestClient) -> None:
-    sid = _session(client)
-    paused = client.post(f"/api/sessions/{sid}/pause").json()
+def test_pause_answers_with_the_state(toy_client: TestClient) -> None:
+    sid = _session(toy_client)
+    paused = toy_client.post(f"/api/sessions/{sid}/pause").json()
     assert paused["steps"] == [] and paused["done"] is False
 
 
@@ -256,7 +257,7 @@ def test_replay(client: TestClient) -> None:
     assert bad["accepted"] is False and bad["rejection"]["offset"] == 9
     assert set(bad["tokens"][0]) == {
         "token_id", "text", "accepted", "allowed_count", "depth", "path", "rules", "masked",
-        "segment",
+        "segment", "classes",
     }  # fmt: skip
     assert set(bad["tokens"][1]) == set(bad["tokens"][0]) | {"bitmask"}
     _error(client.post("/api/replay", json={**body, "bitmask_for": list(range(65))}), 422)
@@ -267,8 +268,8 @@ def test_replay(client: TestClient) -> None:
     assert [t["token_id"] for t in both.json()["tokens"]][-1] == 90  # the text, then the ids
 
 
-def test_an_evicted_session_is_410(engine: Any) -> None:
-    app = create_app(Settings(max_sessions=2), engine=engine)
+def test_an_evicted_session_is_410(toy: Any) -> None:
+    app = create_app(Settings(max_sessions=2), engine=toy)
     with TestClient(app) as client:
         first, _, _ = (_session(client, max_tokens=2) for _ in range(3))
         error = _error(
@@ -288,8 +289,8 @@ def test_examples_and_vocab(client: TestClient) -> None:
     assert vocab["tokens"][2] == "<|im_end|>"
 
 
-def test_caps_are_declared_in_openapi(client: TestClient) -> None:
-    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+def test_caps_are_declared_in_openapi(toy_client: TestClient) -> None:
+    schemas = toy_client.get("/openapi.json").json()["components"]["schemas"]
     assert schemas["GrammarIn"]["properties"]["source"]["maxLength"] == 262144
     assert schemas["CountIn"]["properties"]["n"]["maximum"] == 512
     assert schemas["SessionIn"]["properties"]["max_tokens"]["maximum"] == 4096

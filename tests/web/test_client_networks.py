@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
-from app.web.clients import MAX_NAME, client_key
+from app.web.middleware.clients import MAX_NAME, client_key
 from tests.web.conftest import session_body
 
 ONE_64 = [f"2001:db8:1:2::{i:x}" for i in (1, 2, 0xA, 0xBEEF, 0xFFFF)]

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 from app.doctor import MAX_BUDGET_MS, Doctor
 from app.engine import Engine, GrammarKind, GrammarSpec
 from app.examples import EXAMPLES_DIR
+from app.main import create_app
 from app.settings import Settings
-from app.web.state import AppState
 from tests.conftest import as_page
 
 UNIQUE = json.dumps({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, indent=2)
@@ -142,7 +142,7 @@ def test_no_witness_from_a_search_cut_short_is_not_told_as_none_to_find(
     spec = GrammarSpec(GrammarKind.JSON_SCHEMA, json.dumps(schema, indent=2))
     report = Doctor.of(engine).examine(spec, seed=0, budget_ms=100)
     assert report.search is not None and report.search.cut_short and not report.witnesses
-    html = AppState(settings).render(
+    html = create_app(settings).state.maskscope.render(
         "partials/_doctor.html", {"report": report, "marks": [], "flagged": 0, "max_tokens": None}
     )
     judged = report.search.grammar_documents + report.search.schema_documents

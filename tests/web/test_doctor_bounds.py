@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
-from app.web.state import AppState
+from app.web.runtime.state import AppState
 from tests.conftest import served
 from tests.doctor.test_bounds import ANCHOR, HUGE_ARRAYS, HUGE_STRING, SLOW, gone, wait_for
 

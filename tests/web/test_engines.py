@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from app.engine.llguidance import VERSION
+from app.engine.grammars.llguidance import VERSION
 from tests.web.conftest import session_body
 
 TIMINGS = {"forward_ms", "mask_us", "total_ms", "rollback"}  # what may differ across runs

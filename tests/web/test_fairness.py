@@ -23,11 +23,11 @@ from app.engine import Engine
 from app.exceptions import CapacityExceeded
 from app.main import create_app
 from app.settings import Settings
-from app.web.clients import acting_for
-from app.web.executors import WorkPool
+from app.web.middleware.clients import acting_for
+from app.web.runtime.executors import WorkPool
 from tests.conftest import served
 from tests.web.conftest import session_body
-from tests.web.test_executors import _slow_pydantic
+from tests.web.runtime.test_executors import _slow_pydantic
 
 T = TypeVar("T")
 A, B, C, D = "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"
@@ -160,6 +160,7 @@ def _open(client: httpx.Client) -> str:
     return str(answer.json()["id"])
 
 
+@pytest.mark.server  # the app under uvicorn (tests/conftest.py served)
 def test_many_sessions_from_one_client_never_evict_anothers(engine: Engine) -> None:
     app = create_app(Settings(), engine=engine)  # 32 sessions, 8 per client
     with served(app) as url, _clients(url, A, B) as (a, b):
@@ -176,6 +177,7 @@ def test_many_sessions_from_one_client_never_evict_anothers(engine: Engine) -> N
         assert app.state.maskscope.sessions.held_by(A) == 8
 
 
+@pytest.mark.server  # the app under uvicorn (tests/conftest.py served)
 def test_a_client_at_its_cap_loses_its_own_oldest_idle_session_or_is_refused(
     engine: Engine,
 ) -> None:
@@ -197,6 +199,7 @@ def test_a_client_at_its_cap_loses_its_own_oldest_idle_session_or_is_refused(
         _open(b)  # another client is not held to A's cap
 
 
+@pytest.mark.server  # the app under uvicorn (tests/conftest.py served)
 def test_a_full_server_makes_room_only_from_a_client_past_its_fair_share(
     engine: Engine,
 ) -> None:
@@ -221,6 +224,7 @@ def test_a_full_server_makes_room_only_from_a_client_past_its_fair_share(
         assert c.get(f"/api/sessions/{newcomer}").status_code == 200
 
 
+@pytest.mark.server  # the app under uvicorn (tests/conftest.py served)
 def test_the_memory_budget_evicts_the_heaviest_clients_session_first(engine: Engine) -> None:
     # A stepped session holds about 18 MB here (its prompt's KV cache, room to grow included):
     # 40 MB holds two.
@@ -239,6 +243,7 @@ def test_the_memory_budget_evicts_the_heaviest_clients_session_first(engine: Eng
         assert a.get(f"/api/sessions/{mine[1]}").status_code == 200
 
 
+@pytest.mark.server  # the app under uvicorn (tests/conftest.py served)
 def test_slow_pydantic_sources_from_one_client_neither_refuse_nor_delay_anothers(
     engine: Engine,
 ) -> None:
@@ -283,6 +288,7 @@ def test_slow_pydantic_sources_from_one_client_neither_refuse_nor_delay_anothers
     assert names.index("b") == done_before + 1, names
 
 
+@pytest.mark.server  # the app under uvicorn (tests/conftest.py served)
 def test_twenty_slow_pydantic_sources_from_one_client_leave_another_room(engine: Engine) -> None:
     app = create_app(Settings(), engine=engine)  # 4 sandbox processes, 16 waiting, 4 per client
     answers: queue.Queue[httpx.Response] = queue.Queue()

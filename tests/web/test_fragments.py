@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from fastapi.templating import Jinja2Templates
 
-from app.web import render
-from app.web.state import TEMPLATES_DIR
+from app.web.runtime.state import TEMPLATES_DIR
+from app.web.ui import render
 
 
 @pytest.fixture(scope="module")

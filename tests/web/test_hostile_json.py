@@ -1,8 +1,9 @@
 """Issue #46, item 2, through the app: a source holding an integer past CPython's 4,300-digit
 limit is a 422 naming the number's pointer on every route, and the compile worker that saw it
 serves on (the same process); a document holding one is judged; running out of memory while
-serialising a compiled grammar is that request's 422, and the next request is served. The real
-model's tokenizer, real compile workers, the real Doctor and sandbox."""
+serialising a compiled grammar is that request's 422, and the next request is served. Real
+compile workers, the real Doctor and sandbox; the toy model (tests/web/toy_app.py), except where
+the real vocabulary makes the grammar big enough to run out of memory."""
 
 from __future__ import annotations
 
@@ -53,9 +54,9 @@ ROUTES = [
 
 
 @pytest.fixture(scope="module")
-def hostile_app(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
+def hostile_app(toy: Engine, tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
     db_path = tmp_path_factory.mktemp("hostile-json") / "permalinks.db"
-    return create_app(Settings(db_path=db_path, max_body_bytes=300_000), engine=engine)
+    return create_app(Settings(db_path=db_path, max_body_bytes=300_000), engine=toy)
 
 
 @pytest.fixture(scope="module")
@@ -87,11 +88,11 @@ def _served(api: TestClient, tag: str) -> None:
 @pytest.mark.parametrize("kind", list(SOURCES))
 @pytest.mark.parametrize("route", ROUTES)
 def test_an_integer_past_pythons_limit_is_a_422_naming_its_pointer_and_the_worker_serves_on(
-    api: TestClient, engine: Engine, route: str, kind: str
+    api: TestClient, toy: Engine, route: str, kind: str
 ) -> None:
     source, pointer, line, column = SOURCES[kind]
     _served(api, "warm")
-    before = engine.compiler.worker_pids()
+    before = toy.compiler.worker_pids()
     response = api.post(route, json=_request(route, {"kind": kind, "source": source}))
     assert response.status_code == 422, response.text
     error = response.json()["error"]
@@ -102,14 +103,17 @@ def test_an_integer_past_pythons_limit_is_a_422_naming_its_pointer_and_the_worke
     assert error["pointer"] == ("/grammar/source" if route.startswith("/api/export") and
                                 kind == "json_schema" else pointer)  # fmt: skip
     _served(api, f"{kind}{len(route)}")
-    assert engine.compiler.worker_pids() == before
+    assert toy.compiler.worker_pids() == before
 
 
 @pytest.mark.parametrize("route", ["/api/compile", "/api/replay"])
-def test_the_llguidance_engine_refuses_it_by_its_pointer_too(api: TestClient, route: str) -> None:
+def test_the_llguidance_engine_refuses_it_by_its_pointer_too(
+    client: TestClient, route: str
+) -> None:
+    # The real model: llguidance takes a Hugging Face fast tokenizer, which the toy has not.
     source, pointer, line, column = SOURCES["json_schema"]
     grammar = {"kind": "json_schema", "source": source, "engine": "llguidance"}
-    response = api.post(route, json=_request(route, grammar))
+    response = client.post(route, json=_request(route, grammar))
     assert response.status_code == 422, response.text
     error = response.json()["error"]
     assert (error["pointer"], error["line"], error["column"]) == (pointer, line, column)
@@ -152,11 +156,11 @@ def test_the_page_s_tests_with_such_an_integer_are_a_422_naming_it(api: TestClie
 
 
 @pytest.fixture(scope="module")
-def long_api(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+def long_api(toy: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     """The app on an engine that replays 8,192 tokens: a 5,000-digit document is walked."""
     settings = Settings(compile_workers=2, replay_max_tokens=8192)
     # the shared model and compiler; never closed here (closing an Engine closes its model)
-    long_engine = Engine(engine.model, engine.compiler, settings, owns_compiler=False)
+    long_engine = Engine(toy.model, toy.compiler, settings, owns_compiler=False)
     db_path = tmp_path_factory.mktemp("long-json") / "permalinks.db"
     app = create_app(Settings(db_path=db_path, replay_max_tokens=8192), engine=long_engine)
     with TestClient(app, raise_server_exceptions=False) as test_client:

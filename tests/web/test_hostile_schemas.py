@@ -1,7 +1,8 @@
 """Schemas and inputs from issue #27 (items 2, 3 and 8) through the app: a backtracking pattern
 comes back with a verdict, a reference that leaves the document is a 422 naming its pointer and
 is never fetched (a real listener that must receive no connection, a real file whose content must
-not appear), and nothing here is a 500. The real sandbox, jsonschema, xgrammar and model."""
+not appear), and nothing here is a 500. The real sandbox, jsonschema and xgrammar, on the toy
+model (tests/web/toy_app.py): the model is not what these answers are about."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from fastapi.testclient import TestClient
 from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
-from app.web.bodies import PermalinkIn
+from app.web.schemas.bodies import PermalinkIn
 from app.web.services import permalinks as sharing
 from tests.conftest import as_page
 from tests.listener import Listener
@@ -33,9 +34,9 @@ BACKTRACKING = {"type": "string", "pattern": "^(a+)+$"}
 
 
 @pytest.fixture(scope="module")
-def hostile_app(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
+def hostile_app(toy: Engine, tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
     db_path = tmp_path_factory.mktemp("hostile") / "permalinks.db"
-    return create_app(Settings(db_path=db_path, max_body_bytes=300_000), engine=engine)
+    return create_app(Settings(db_path=db_path, max_body_bytes=300_000), engine=toy)
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +114,7 @@ def test_a_reference_that_leaves_the_document_is_refused_by_its_pointer_and_neve
 def test_a_permalink_stored_before_the_walk_is_refused_when_fetched_never_fetching(
     api: TestClient,
     hostile_app: FastAPI,
-    engine: Engine,
+    toy: Engine,
     listener: Listener,
     secret_file: Path,
     kind: str,
@@ -123,7 +124,7 @@ def test_a_permalink_stored_before_the_walk_is_refused_when_fetched_never_fetchi
         {**session_body(grammar=_grammar(schema), max_tokens=5), "actions": []}
     )
     tests = [{"text": "1", "expect": "pass", "recorded": None}]
-    snapshot = sharing.snapshot_of_request(body, engine.model.identity, tests=tests)
+    snapshot = sharing.snapshot_of_request(body, toy.model.identity, tests=tests)
     snapshot_id, _ = hostile_app.state.maskscope.store.put(snapshot)
     fetched = api.get(f"/api/permalinks/{snapshot_id}")
     assert fetched.status_code == 200, fetched.text  # a read: its tests judged in the background

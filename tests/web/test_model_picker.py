@@ -15,11 +15,11 @@ from fastapi.testclient import TestClient
 from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
-from app.web.bodies import PermalinkIn
+from app.web.runtime.state import AppState
+from app.web.schemas.bodies import PermalinkIn
 from app.web.services import permalinks as sharing
-from app.web.state import AppState
 from tests.conftest import as_page
-from tests.engine.remote.conftest import spec_for
+from tests.engine.model.remote.conftest import spec_for
 from tests.web.conftest import session_body
 from tests.web.test_pages import HX, _form
 

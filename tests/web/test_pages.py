@@ -33,8 +33,8 @@ def _session(client: TestClient, **overrides: str) -> str:
 
 
 PLAYGROUND_SCRIPTS = [
-    "core", "editor", "config", "tools", "inspector", "timeline", "session", "replay", "keys",
-    "layout",
+    "core", "editor", "config", "tools", "inspector", "timeline", "classes", "session", "breaks",
+    "instruments", "replay", "keys", "layout",
 ]  # fmt: skip
 
 
@@ -145,7 +145,7 @@ def test_the_inspector_flags_a_mask_accept_disagreement(
     monkeypatch.setattr(XGrammarMasking, "probe_token", lying)
     sid = _session(client)
     first = client.post(f"/ui/sessions/{sid}/step", headers=HX).text
-    assert re.search(r'<span class="chip k-forced disagree"\s+id="tok-0"', first)
+    assert re.search(r'<span class="chip k-forced disagree( alarm)?"\s+id="tok-0"', first)
     assert 'data-agree="false"' in first
     assert '<div class="disagree-flag" role="alert">' in first
     assert "disagreed on 1 of the" in first

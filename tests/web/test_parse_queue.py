@@ -19,7 +19,7 @@ from app.engine import Engine
 from app.examples import load_tool_examples
 from app.main import create_app
 from app.settings import Settings
-from app.web.state import AppState
+from app.web.runtime.state import AppState
 from tests import asyncrun
 
 ROUTER_TOOLS = json.loads(next(e for e in load_tool_examples() if e.id == "router_tools").source())

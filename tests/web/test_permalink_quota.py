@@ -16,7 +16,7 @@ from app.exceptions import RateLimited
 from app.main import create_app
 from app.settings import Settings
 from app.store.base import canonical_json
-from app.web.quota import PermalinkQuota
+from app.web.runtime.quota import PermalinkQuota
 from tests.conftest import as_page
 from tests.web.conftest import session_body
 

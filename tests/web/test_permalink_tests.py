@@ -13,12 +13,12 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app.engine import Engine
-from app.engine.model import ModelIdentity
+from app.engine.model.loading import ModelIdentity
 from app.main import create_app
 from app.settings import Settings
 from app.store.permalinks import canonical_id, canonical_json
 from app.store.snapshot_format import V1_FIELDS
-from app.web.bodies import PermalinkIn
+from app.web.schemas.bodies import PermalinkIn
 from app.web.services.permalinks import _DEFAULTS, snapshot_of_request
 from tests.conftest import as_page
 from tests.web.conftest import session_body

@@ -22,8 +22,8 @@ from fastapi.testclient import TestClient
 from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
-from app.web.bodies import PermalinkIn
-from app.web.executors import WorkPool
+from app.web.runtime.executors import WorkPool
+from app.web.schemas.bodies import PermalinkIn
 from app.web.services.permalinks import snapshot_of_request
 from tests.conftest import as_page
 from tests.web.conftest import session_body

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
-from tests.engine.remote.conftest import spec_for
+from tests.engine.model.remote.conftest import spec_for
 from tests.tcp_proxy import TcpProxy
 from tests.vllm_server import VllmServer
 from tests.web.conftest import session_body

@@ -26,6 +26,8 @@ SCHEMA: dict[str, Any] = {
         "odd key": {"anyOf": [{"type": "null"}, {"type": "string", "maxLength": 3}]},
         "tags": {"type": "array", "items": {"enum": ["red", "green"]}},
         "email": {"type": "string", "format": "email"},
+        "id": {"type": "string", "pattern": "^[A-Z]{3}$", "maxLength": 8},
+        "rating": {"type": "integer", "minimum": 1, "maximum": 10},
     },
 }
 
@@ -65,6 +67,13 @@ def test_schema_at_follows_refs_items_and_unions() -> None:
         ('{"email": "not-an-email"}', 23, "$.email", {},
          '$.email must be an email address (format "email"): after "not-an-email" the grammar'
          " refuses the end of the string"),
+        # issue 45, B3 and M2: the pattern refused (xgrammar ignores maxLength beside it), a
+        # maximum passed; a length bound not reached names nothing
+        ('{"id": "abc"', 8, "$.id", {},
+         '$.id must match the pattern "^[A-Z]{3}$" (pattern): after "" the grammar refuses "a"'),
+        ('{"rating": 11', 12, "$.rating", {},
+         'the number at $.rating must be at most 10 (maximum): after "1" the grammar refuses "1"'),
+        ('{"factors": [{"why": "abc', 24, "$.factors[0].why", {}, None),
     ],
 )  # fmt: skip
 def test_a_refusal_is_explained_or_left_alone(

@@ -17,7 +17,7 @@ from pydantic import SecretStr
 from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
-from app.web.services.sessions import SessionStore, holder_of
+from app.web.runtime.sessions import SessionStore, holder_of
 from tests.conftest import as_page
 from tests.web.conftest import session_body
 

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
-from app.web.security import origin_of
+from app.web.middleware.security import origin_of
 
 COMPILE_JSON = {"kind": "regex", "source": "[a-z]{1,4}"}
 

@@ -12,10 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.app_process import AppProcess
 from tests.conftest import free_port
 from tests.doctor.test_bounds import SLOW
+
+# Real app processes (tests/app_process.py): the server tier (docs/testing.md)
+pytestmark = pytest.mark.server
 
 # Long enough to be running when the signal comes: a string of 3000 characters at least, a
 # Doctor given 20 s, a regex whose automaton takes seconds to build.

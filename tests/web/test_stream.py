@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import json
 import threading
-import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
 
 from app.engine import Engine
+from app.main import create_app
+from app.settings import Settings
+from app.web.runtime.state import AppState
+from tests.conftest import served
+from tests.polling import wait_until
 from tests.web.conftest import session_body
 from tests.web.sse import iter_events, parse_events
 
@@ -27,12 +33,30 @@ def _steps(base: str, session_id: str) -> int:
     return len(httpx.get(f"{base}/api/sessions/{session_id}", timeout=60).json()["steps"])
 
 
+@pytest.fixture(scope="module")
+def live_app(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveApp]:
+    """An app on the session's engine served by uvicorn, with its state at hand (the tests
+    wait for its run flags, never for a fixed time)."""
+    settings = Settings(db_path=tmp_path_factory.mktemp("stream") / "p.db")
+    app = create_app(settings, engine=engine)
+    with served(app) as url:
+        yield LiveApp(app.state.maskscope, url)
+
+
+@dataclass(frozen=True)
+class LiveApp:
+    state: AppState
+    url: str
+
+
+@pytest.mark.server
 def test_a_stream_dropped_in_the_middle_of_a_step_resumes_with_every_index_once(
-    live_server: str, engine: Engine
+    live_app: LiveApp, engine: Engine
 ) -> None:
     total = 12
-    session_id = _session(live_server, max_tokens=total)
-    url = f"{live_server}/api/sessions/{session_id}/events?format=json"
+    session_id = _session(live_app.url, max_tokens=total)
+    url = f"{live_app.url}/api/sessions/{session_id}/events?format=json"
+    runs = live_app.state.sessions.get(session_id).runs
     seen: list[int] = []
     lock = engine.model.lock
     with httpx.stream("GET", url, timeout=120) as stream:
@@ -51,7 +75,9 @@ def test_a_stream_dropped_in_the_middle_of_a_step_resumes_with_every_index_once(
             target=lambda: answers.append(httpx.get(url, headers=headers, timeout=300))
         )
         reconnect.start()
-        time.sleep(1.0)
+        # The reconnect's stream took the run over (the first run is number 1) while the
+        # step is still in flight.
+        wait_until(lambda: not runs.current(1), "the reconnect arrived")
     finally:
         lock.__exit__()
     reconnect.join(timeout=300)
@@ -64,8 +90,11 @@ def test_a_stream_dropped_in_the_middle_of_a_step_resumes_with_every_index_once(
     ]
 
 
-def test_a_reconnect_after_end_gets_204_and_starts_nothing(live_server: str) -> None:
+@pytest.mark.server
+def test_a_reconnect_after_end_gets_204_and_starts_nothing(live_app: LiveApp) -> None:
+    live_server = live_app.url
     session_id = _session(live_server, max_tokens=400)
+    handle = live_app.state.sessions.get(session_id)
     url = f"{live_server}/api/sessions/{session_id}/events?format=json"
     events: list[dict[str, str]] = []
     with httpx.stream("GET", url, timeout=120) as stream:
@@ -77,11 +106,13 @@ def test_a_reconnect_after_end_gets_204_and_starts_nothing(live_server: str) -> 
     assert [e["event"] for e in events[-2:]] == ["paused", "end"]
     last_id = events[-1]["id"]  # what a browser's EventSource sends when it reconnects
     assert last_id == "end"
+    wait_until(lambda: not handle.busy, "the paused run's loop left")
     steps = _steps(live_server, session_id)
     again = httpx.get(url, headers={"Last-Event-ID": last_id}, timeout=60)
     assert again.status_code == 204 and again.content == b""
-    time.sleep(1.0)
-    assert _steps(live_server, session_id) == steps, "the paused run did not start again"
+    # A run starts in the answer's own stream (``runs.start``): a 204 has none to start.
+    assert not handle.busy and not handle.runs.streaming, "the paused run did not start again"
+    assert _steps(live_server, session_id) == steps
 
 
 def test_a_reconnect_to_a_run_that_ended_gets_its_end_and_generates_nothing(

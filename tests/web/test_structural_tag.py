@@ -292,7 +292,7 @@ def _constant(code: str, name: str) -> str:
 
 
 def test_the_doctor_examines_the_json_schema_leaves(client: TestClient) -> None:
-    report = client.post("/api/doctor", json={"grammar": grammar(), "budget_ms": 300}).json()
+    report = client.post("/api/doctor", json={"grammar": grammar()}).json()  # counts bound it
     assert {k["pointer"] for k in report["keywords"]} >= {
         "/format/elements/1/content/json_schema/properties/city/enum"
     }

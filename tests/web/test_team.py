@@ -17,10 +17,13 @@ from typing import Any
 import httpx
 import pytest
 
-from app.web.security import CSRF_COOKIE, CSRF_HEADER
+from app.web.middleware.security import CSRF_COOKIE, CSRF_HEADER
 from tests.app_process import ROOT, AppProcess
 from tests.postgres_server import PostgresServer
 from tests.web.conftest import session_body
+
+# Real app processes (tests/app_process.py): the server tier (docs/testing.md)
+pytestmark = pytest.mark.server
 
 SECRET = "the-team-secret-0123456789abcdef"
 #: A compile worker each: several servers share the machine.

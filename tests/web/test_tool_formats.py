@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from xgrammar import builtin_structural_tag
 
-from app.engine.tools.builders import STARTING
+from app.engine.grammars.tools.builders import STARTING
 from app.main import create_app
 from app.settings import Settings
 

@@ -26,7 +26,7 @@ from app.engine import Engine
 from app.examples import load_tool_examples
 from app.main import create_app
 from app.settings import Settings
-from app.web.state import AppState
+from app.web.runtime.state import AppState
 from tests import asyncrun
 from tests.conftest import as_page, served
 from tests.sandbox.models import (
@@ -191,6 +191,7 @@ def _ask_slowly(url: str) -> socket.socket:
     return connection
 
 
+@pytest.mark.server  # the app under uvicorn (tests/conftest.py served)
 def test_a_client_that_disconnects_kills_its_sandbox_run(
     engine: Engine, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

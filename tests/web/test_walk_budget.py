@@ -22,7 +22,7 @@ from app.engine import Engine, GrammarKind, GrammarSpec
 from app.engine.budget import WalkBudget, installed
 from app.main import create_app
 from app.settings import Settings
-from app.web.executors import WorkPool
+from app.web.runtime.executors import WorkPool
 from tests import asyncrun
 from tests.conftest import as_page, served
 from tests.web.sse import parse_events
@@ -172,6 +172,7 @@ def test_a_cancelled_request_cancels_its_walk_at_the_next_token(engine: Engine) 
     assert pool.running == 0 and 20 <= budget.done < 1000
 
 
+@pytest.mark.server  # the app under uvicorn (tests/conftest.py served)
 def test_another_clients_replay_is_answered_while_hostile_ones_run(
     engine: Engine, tmp_path: Path
 ) -> None:

@@ -1,7 +1,8 @@
 """llguidance, run for real with this model's tokenizer: its errors, and with ``lenient`` the
 keywords it ignores.
 
-The tokenizer and the checks are the engine's (:class:`app.engine.llguidance.LlguidanceCompiler`,
+The tokenizer and the checks are the engine's
+(:class:`app.engine.grammars.llguidance.LlguidanceCompiler`,
 shared with llguidance as a masking engine). EBNF sources are translated to llguidance's Lark
 syntax with the library's own ``gbnf_to_lark`` (xgrammar's EBNF is GBNF-like); regexes go through
 ``grammar_from_regex``.
@@ -15,9 +16,9 @@ import llguidance
 import llguidance.gbnf_to_lark
 
 from app.doctor.records import BackendRow, Message, Verdict
-from app.engine.grammar import CompileOptions, GrammarKind
-from app.engine.llguidance import LlguidanceCompiler
-from app.engine.llguidance.errors import schema_pointers
+from app.engine.grammars.llguidance import LlguidanceCompiler
+from app.engine.grammars.llguidance.errors import schema_pointers
+from app.engine.grammars.spec import CompileOptions, GrammarKind
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions  # declared in the stub only

@@ -6,7 +6,7 @@ that picks the library for a compiled grammar.
 
 from __future__ import annotations
 
-from app.engine.grammar import CompileResult, MaskingLibrary
+from app.engine.grammars.spec import CompileResult, MaskingLibrary
 from app.engine.masking.base import MaskingEngine
 from app.engine.masking.llguidance import LlguidanceMasking
 from app.engine.masking.xgrammar import XGrammarMasking

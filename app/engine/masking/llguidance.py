@@ -15,8 +15,8 @@ import llguidance
 import torch
 
 from app.engine.budget import checkpoint
-from app.engine.grammar import CompileResult
-from app.engine.llguidance.compiler import LlguidanceGrammar, fill_bitmask
+from app.engine.grammars.llguidance.compiler import LlguidanceGrammar, fill_bitmask
+from app.engine.grammars.spec import CompileResult
 
 __all__ = ["LlguidanceMasking"]
 
@@ -25,7 +25,7 @@ class LlguidanceMasking:
     """A fresh ``llguidance.LLMatcher`` for a grammar compiled by llguidance.
 
     Args:
-        grammar: the grammar compiled by :class:`app.engine.llguidance.LlguidanceCompiler`.
+        grammar: the grammar compiled by :class:`app.engine.grammars.llguidance.LlguidanceCompiler`.
         matcher: the matcher to wrap (a copy) and ``stops`` its stop flags; a fresh matcher in
             the start state by default.
     """

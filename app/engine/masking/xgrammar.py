@@ -18,9 +18,9 @@ import torch
 import xgrammar as xgr
 
 from app.engine.budget import checkpoint, uncharged
-from app.engine.grammar import CompileResult
+from app.engine.grammars.spec import CompileResult
 from app.engine.mask import count_allowed, new_bitmask
-from app.engine.parser_state import active_rules
+from app.engine.masking.parser_state import active_rules
 
 __all__ = ["JUMP_FORWARD_CAP", "XGrammarMasking"]
 

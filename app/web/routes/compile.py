@@ -6,8 +6,8 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from app.web.bodies import CompileIn
-from app.web.deps import StateDep
+from app.web.runtime.deps import StateDep
+from app.web.schemas.bodies import CompileIn
 from app.web.services import actions
 
 __all__ = ["router"]

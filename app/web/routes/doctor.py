@@ -6,8 +6,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from app.web.bodies import DoctorIn
-from app.web.deps import StateDep
+from app.web.runtime.deps import StateDep
+from app.web.schemas.bodies import DoctorIn
 from app.web.services.examine import examine
 
 __all__ = ["router"]

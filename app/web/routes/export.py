@@ -9,8 +9,8 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from app.export import TARGETS, export
-from app.web.bodies import CompileIn, GrammarIn, SessionIn
-from app.web.deps import StateDep
+from app.web.runtime.deps import StateDep
+from app.web.schemas.bodies import CompileIn, GrammarIn, SessionIn
 from app.web.services import export as export_service
 
 __all__ = ["ExportOut", "router"]

@@ -7,7 +7,7 @@ import asyncio
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from app.web.deps import StateDep
+from app.web.runtime.deps import StateDep
 
 __all__ = ["router"]
 

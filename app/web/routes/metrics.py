@@ -1,12 +1,12 @@
-"""``GET /metrics``: the app's Prometheus metrics (:mod:`app.web.metrics`)."""
+"""``GET /metrics``: the app's Prometheus metrics (:mod:`app.web.runtime.metrics`)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from app.web.deps import StateDep
-from app.web.metrics import CONTENT_TYPE
+from app.web.runtime.deps import StateDep
+from app.web.runtime.metrics import CONTENT_TYPE
 
 __all__ = ["router"]
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
 from app.settings import LOCAL_MODEL_ID
-from app.web.deps import StateDep
+from app.web.runtime.deps import StateDep
 
 __all__ = ["router"]
 

@@ -7,11 +7,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from fastapi.responses import JSONResponse, Response
 
-from app.web import quota
-from app.web.bodies import OpenPermalinkIn, PermalinkIn
-from app.web.deps import EngineDep, StateDep
-from app.web.rootpath import url
+from app.web.middleware.rootpath import url
 from app.web.routes.encoding import json_response
+from app.web.runtime import quota
+from app.web.runtime.deps import EngineDep, StateDep
+from app.web.schemas.bodies import OpenPermalinkIn, PermalinkIn
 from app.web.services import actions
 from app.web.services import permalinks as sharing
 
@@ -25,7 +25,8 @@ router = APIRouter()
 async def create_permalink(body: PermalinkIn, state: StateDep) -> JSONResponse:
     """Store an immutable snapshot; equal content gives an equal id (201 new, 200 existing).
     Its schema unit tests (``tests``) are run, and their verdicts kept with them. 429
-    ``rate_limited`` (``Retry-After``) past the client's permalink quota (app/web/quota.py)."""
+    ``rate_limited`` (``Retry-After``) past the client's permalink quota
+    (app/web/runtime/quota.py)."""
     client = quota.admit_permalink(state.permalink_quota)
     snapshot_id, created = await sharing.share_request(state, body)
     if created:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from app.web.bodies import ReplayIn
-from app.web.deps import StateDep
+from app.engine.stack_pins import MASKSCOPE
 from app.web.routes.encoding import json_response
-from app.web.services import actions
+from app.web.runtime.deps import StateDep
+from app.web.schemas.bodies import ReplayIn
+from app.web.services import actions, stacks
 from app.web.services.replay_cause import with_cause
 from app.web.services.walks import request_budget
 
@@ -24,8 +25,13 @@ async def replay(body: ReplayIn, state: StateDep) -> Response:
     ``MASKSCOPE_REPLAY_MAX_TOKENS`` tokens (413 beyond), bitmasks only for ``bitmask_for``. The
     first refused token is explained in ``refusal``. The walk may use ``MASKSCOPE_WALK_BUDGET_S``
     of CPU (422 ``grammar_too_slow`` beyond, naming how far it got) and stops when the client
-    leaves."""
+    leaves. Under a ``stack`` other than ``maskscope``, each step's mask is the row that
+    release's own structured-output manager fills (``mask_by`` names it)."""
     engine = state.engine_for(body.model)
     with request_budget(state, "the replay"):  # one budget for the replay and its re-walks
-        result = await with_cause(state, engine, body, await actions.replay(state, engine, body))
+        if body.stack != MASKSCOPE:
+            result = await stacks.replay_on_stack(state, engine, body, body.stack)
+        else:
+            result = await actions.replay(state, engine, body)
+        result = await with_cause(state, engine, body, result)
     return await json_response(result.to_dict())

@@ -10,10 +10,11 @@ from fastapi.responses import Response
 from sse_starlette import EventSourceResponse
 
 from app.caps import MAX_TOKENS
-from app.web.bodies import CountIn, ForceIn, SessionIn
-from app.web.deps import HandleDep, StateDep
 from app.web.routes.encoding import json_response
+from app.web.runtime.deps import HandleDep, StateDep
+from app.web.schemas.bodies import CountIn, ForceIn, SessionIn
 from app.web.services import actions
+from app.web.services.instruments import path_rows
 from app.web.services.streams import END_ID, SHUTDOWN_GRACE_S, run_events
 
 __all__ = ["router"]
@@ -106,5 +107,6 @@ async def trace(handle: HandleDep, state: StateDep) -> Response:
     """The whole trace as a JSON download: request, model identity, every step record."""
     answer = await actions.step_response(state, handle, list(handle.session.steps))
     body = {"request": handle.request, "model": handle.session.model.identity.to_dict(), **answer}
+    body["by_path"] = path_rows(handle)  # where the mask fought the model, per path
     headers = {"Content-Disposition": f'attachment; filename="maskscope-trace-{handle.id}.json"'}
     return await json_response(body, headers=headers)

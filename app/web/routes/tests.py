@@ -6,8 +6,8 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from app.web.bodies import SchemaTestsIn, check_test_sizes
-from app.web.deps import StateDep
+from app.web.runtime.deps import StateDep
+from app.web.schemas.bodies import SchemaTestsIn, check_test_sizes
 from app.web.services.schema_tests import run
 
 __all__ = ["router"]

@@ -20,15 +20,16 @@ from app.engine import (
     StepRecord,
     Validation,
 )
-from app.engine.reasoning import ReasoningMode
+from app.engine.grammars.reasoning import ReasoningMode
 from app.exceptions import InvalidInput, RunInProgress
 from app.sandbox.sandbox import PydanticSchema
-from app.web.bodies import GrammarIn, ReplayIn, SessionIn
-from app.web.clients import current_client
+from app.web.middleware.clients import current_client
+from app.web.runtime.sessions import SessionHandle
+from app.web.runtime.state import AppState
+from app.web.schemas.bodies import GrammarIn, ReplayIn, SessionIn
 from app.web.services import walks
-from app.web.services.sessions import SessionHandle
+from app.web.services.leaving import unless_left
 from app.web.services.tools import tools_answer, tools_source
-from app.web.state import AppState
 
 __all__ = [
     "Resolved",
@@ -76,7 +77,8 @@ async def compiled(state: AppState, engine: AnyEngine, spec: GrammarSpec) -> Com
     hit = engine.cached(spec)
     if hit is not None:
         return hit
-    return await state.pools.compiles.run(engine.compile, spec)
+    # a request the page replaced (a picker change) leaves the queue: one compile per person
+    return await unless_left(state.pools.compiles.run(engine.compile, spec), "compile")
 
 
 async def compile_grammar(
@@ -144,6 +146,8 @@ async def create_session(state: AppState, body: SessionIn) -> SessionHandle:
         compare=compare,
         draft_tokens=body.draft_tokens,
         reasoning=ReasoningMode(body.reasoning),
+        breakpoints=[b.to_breakpoint() for b in body.breakpoints],
+        end_rules=body.end_rules(),
     )
     request = body.model_dump(mode="json")
     request["sampling"]["seed"] = sampling.seed
@@ -199,7 +203,7 @@ async def step_response(
     verdict = await validation(state, handle)
     # Off the loop: reading the parser state waits for a step in flight on another thread.
     after = await state.pools.steps.run(lambda: session.state)
-    return {
+    answer = {
         "steps": [r.to_dict() for r in steps],
         "done": session.done,
         "stop_reason": session.stop_reason.value if session.stop_reason else None,
@@ -208,6 +212,10 @@ async def step_response(
         "state": after.to_dict(),
         "follower": follower_summary(session),
     }
+    end = await state.pools.steps.run(session.end_report)  # with end rules only
+    if end is not None:
+        answer["end"] = end.to_dict()
+    return answer
 
 
 def follower_summary(session: Session) -> dict[str, Any] | None:
@@ -231,7 +239,8 @@ def _idle(handle: SessionHandle) -> None:
 
 
 async def step(state: AppState, handle: SessionHandle, n: int) -> list[StepRecord]:
-    """Take ``n`` steps (fewer if the session stops); SessionFinished if it already has.
+    """Take ``n`` steps (fewer if the session stops, or a breakpoint holds); SessionFinished if
+    it already has.
 
     Each step has a walk budget of its own: one past it is a 422 ``grammar_too_slow`` and
     leaves no trace (the steps before it are kept, and the session stays usable: going back
@@ -241,7 +250,7 @@ async def step(state: AppState, handle: SessionHandle, n: int) -> list[StepRecor
     def work(each: walks.Budgeted) -> list[StepRecord]:
         session = handle.session
         records = [each(session.step)]
-        while len(records) < n and not session.done:
+        while len(records) < n and not session.done and session.watch.hit is None:
             records.append(each(session.step))
         return records
 
@@ -290,6 +299,7 @@ async def replay(state: AppState, engine: AnyEngine, body: ReplayIn) -> ReplayRe
         bitmask_for=body.bitmask_for,
         compare=compare,
         reasoning=ReasoningMode(body.reasoning),
+        end_rules=body.end_rules(),
     )
 
 

@@ -16,9 +16,9 @@ from app.doctor import DoctorReport, PydanticSource, Status
 from app.doctor.worker import Stop
 from app.engine import AnyEngine
 from app.exceptions import RequestEnded
-from app.web.bodies import DoctorIn
+from app.web.runtime.state import AppState
+from app.web.schemas.bodies import DoctorIn
 from app.web.services import actions
-from app.web.state import AppState
 
 __all__ = ["EditorMark", "editor_marks", "examine"]
 

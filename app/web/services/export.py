@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from typing import Any
 
+from app.doctor.backends import sglang as sglang_rules
 from app.doctor.backends import vllm as vllm_rules
 from app.doctor.backends.llguidance import Llguidance
-from app.engine import AnyEngine, GrammarKind, render_prompt
-from app.engine.structural_tag import parse_tag
-from app.engine.tools.compile import tag_source
+from app.doctor.records import Verdict
+from app.engine import AnyEngine, ChatMessage, GrammarKind, render_prompt
+from app.engine.grammars.structural_tag import parse_tag
+from app.engine.grammars.tools.compile import tag_source
 from app.exceptions import GrammarError
 from app.export import ExportRequest, Message, PydanticSource, Sampling
 from app.export.tools import tools_export
 from app.jsontext import loads
 from app.sandbox.sandbox import PydanticSchema
 from app.settings import EMBEDDED_HF_ID, EMBEDDED_MODEL, Settings
-from app.web.bodies import SessionIn
+from app.web.runtime.sessions import SessionHandle
+from app.web.runtime.state import AppState
+from app.web.schemas.bodies import SessionIn
 from app.web.services import actions
-from app.web.services.sessions import SessionHandle
-from app.web.state import AppState
 
 __all__ = ["export_request", "from_session", "served_model"]
 
@@ -55,8 +58,7 @@ async def export_request(
     spec = resolved.spec
     messages = body.chat_messages(spec) if body.raw_prompt is None else []
     if prompt_text is None and messages:
-        rendered = await asyncio.to_thread(render_prompt, engine.model.tokens, messages)
-        prompt_text = rendered.text
+        prompt_text = await asyncio.to_thread(_rendered, engine, messages)
     derived = resolved.pydantic
     sampling = body.sampling
     schema = _schema(spec.source) if spec.is_json else None
@@ -90,8 +92,32 @@ async def export_request(
         pydantic=_pydantic(derived),
         legacy_tag=legacy_tag,
         tools=tools,
+        refusals=_refusals(schema),
         **route,
     )
+
+
+def _refusals(schema: Any) -> tuple[tuple[str, str], ...]:
+    """The stacks whose Doctor row refuses the schema, with that row's messages (Code never
+    advises them, issue 45, B7): SGLang's pre-check. OpenAI's strict row stays a note in its
+    snippet (its parse helper sends its own strict schema for a Pydantic source)."""
+    if schema is None:
+        return ()
+    rows = [sglang_rules.assess(schema, xgrammar_ignores=False)]
+    return tuple(
+        (row.backend.removesuffix("_strict"), "; ".join(m.message for m in row.messages))
+        for row in rows
+        if row.verdict is Verdict.REFUSES
+    )
+
+
+def _rendered(engine: AnyEngine, messages: Sequence[ChatMessage]) -> str | None:
+    """The prompt as the model's chat template renders it; None when its tokenizer has none (a
+    tokenizer-only model: the server's own template renders the messages, issue 45, B2)."""
+    tokens = engine.model.tokens
+    if not getattr(tokens.tokenizer, "chat_template", None):
+        return None
+    return render_prompt(tokens, messages).text
 
 
 def _pydantic(derived: PydanticSchema | None) -> PydanticSource | None:

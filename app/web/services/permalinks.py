@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.engine import AnyEngine, ModelIdentity, Session
-from app.engine.llguidance import VERSION as LLGUIDANCE_VERSION
+from app.engine.grammars.llguidance import VERSION as LLGUIDANCE_VERSION
 from app.exceptions import (
     InvalidInput,
     ModelNotConfigured,
@@ -20,7 +20,9 @@ from app.settings import LOCAL_MODEL_ID
 from app.store.permalinks import ID_PATTERN
 from app.store.snapshot_format import field_defaults, without_defaults
 from app.store.trace import canonical_actions, compress
-from app.web.bodies import (
+from app.web.runtime.sessions import SessionHandle
+from app.web.runtime.state import AppState
+from app.web.schemas.bodies import (
     GrammarIn,
     OptionsIn,
     PermalinkIn,
@@ -31,8 +33,6 @@ from app.web.bodies import (
 )
 from app.web.services import actions, rejudge, schema_tests
 from app.web.services.recorded import RecordedStep, chip_records, recorded_steps
-from app.web.services.sessions import SessionHandle
-from app.web.state import AppState
 
 __all__ = [
     "differences",

@@ -19,7 +19,7 @@ from typing import Any
 
 from app.engine import AnyEngine
 from app.engine.budget import WalkBudget
-from app.engine.llguidance import VERSION as LLGUIDANCE_VERSION
+from app.engine.grammars.llguidance import VERSION as LLGUIDANCE_VERSION
 from app.exceptions import (
     CapacityExceeded,
     MaskscopeError,
@@ -30,9 +30,9 @@ from app.exceptions import (
     StoreUnavailable,
 )
 from app.schematests import SchemaTestResult
-from app.web.bodies import GrammarIn, SchemaTestIn
+from app.web.runtime.state import AppState
+from app.web.schemas.bodies import GrammarIn, SchemaTestIn
 from app.web.services import schema_tests
-from app.web.state import AppState
 
 __all__ = [
     "ERROR",

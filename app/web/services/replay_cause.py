@@ -8,12 +8,13 @@ import json
 
 from app.doctor.replay_cause import ReplayCause, explain
 from app.doctor.source_lines import json_lines, pydantic_lines
-from app.engine import PRESETS, AnyEngine, ReplayResult
-from app.web.bodies import GrammarIn, OptionsIn, ReplayIn
+from app.engine import PRESETS, AnyEngine, ReplayResult, Validation
+from app.engine.grammars.validation import validate_output
+from app.web.runtime.state import AppState
+from app.web.schemas.bodies import GrammarIn, OptionsIn, ReplayIn
 from app.web.services import actions, walks
-from app.web.state import AppState
 
-__all__ = ["replay_cause", "walked_text", "with_cause"]
+__all__ = ["replay_cause", "schema_check", "walked_text", "with_cause"]
 
 
 def walked_text(engine: AnyEngine, result: ReplayResult) -> str:
@@ -82,3 +83,19 @@ async def with_cause(
     return dataclasses.replace(
         result, refusal=dataclasses.replace(refusal, cause=cause.message + where)
     )
+
+
+async def schema_check(
+    state: AppState, engine: AnyEngine, body: ReplayIn, result: ReplayResult
+) -> Validation | None:
+    """The schema's own verdict on a text the grammar accepts whole (a Doctor finding's
+    document, say): the replay then says "grammar accepts, schema rejects" with the
+    validator's message (issue 45, C7). None for a refusal, an unfinished text, or a grammar
+    that is no JSON Schema."""
+    if result.rejection is not None or not result.complete:
+        return None
+    _, resolved = await actions.compile_grammar(state, engine, body.grammar)  # a cache hit
+    if not resolved.spec.is_json:
+        return None
+    text = walked_text(engine, result)
+    return await state.pools.parses.run(validate_output, resolved.spec, text, complete=True)

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from app.engine import AnyEngine
 from app.schematests import SchemaTestResult, run_tests
-from app.web.bodies import GrammarIn, SchemaTestIn
+from app.web.runtime.state import AppState
+from app.web.schemas.bodies import GrammarIn, SchemaTestIn
 from app.web.services import actions, walks
-from app.web.state import AppState
 
 __all__ = ["run"]
 

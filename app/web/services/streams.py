@@ -17,10 +17,10 @@ from typing import Literal, TypedDict
 
 from app.engine import StepRecord
 from app.exceptions import MaskscopeError, RequestEnded, ShuttingDown
+from app.web.runtime.sessions import SessionHandle
+from app.web.runtime.state import AppState
 from app.web.services.actions import step_response
-from app.web.services.sessions import SessionHandle
 from app.web.services.walks import step_budget
-from app.web.state import AppState
 
 __all__ = [
     "END_ID",
@@ -84,7 +84,9 @@ async def run_events(
     of its events and generates nothing.
 
     Events: ``step`` (SSE id = the step index), then ``done`` when the session has stopped or
-    ``paused`` when a pause ended the run, then ``end`` (SSE id ``end``). A step that fails
+    ``paused`` when a pause ended the run (after ``break``, ``{"index", "when", "label",
+    "value"}``, when a breakpoint started to hold at the last step), then ``end`` (SSE id
+    ``end``). A step that fails
     (its walk budget spent: 422 ``grammar_too_slow`` as a request) ends the run with ``failed``
     (the error object; the step left no trace, the session is as before it), then ``end``.
     When the server stops (SIGTERM), the run ends after its step in flight with ``shutdown``
@@ -109,8 +111,14 @@ async def run_events(
             data = state.render("partials/_chip.html", {"step": record, "with_bitmask": True})
         return {"event": "step", "id": str(record.index), "data": data}
 
+    held = session.watch.hit  # a break the client has seen: this run goes on past it
+
+    def broke() -> bool:  # a breakpoint started to hold at a step this run took
+        hit = session.watch.hit
+        return hit is not None and hit is not held
+
     def generating() -> bool:
-        return runs.generating(run) and not session.done
+        return runs.generating(run) and not session.done and not broke()
 
     sent = after + 1
     try:
@@ -128,7 +136,7 @@ async def run_events(
                 return
             # Only when nothing is left to send: the lock may have been held by a step an older
             # stream started, whose record is then sent first.
-            stepping = _stepping(state, handle, run, disconnected, sent=sent)
+            stepping = _stepping(state, handle, run, disconnected, sent=sent, broke=broke)
             try:
                 async with aclosing(stepping):
                     async for _ in stepping:
@@ -149,12 +157,15 @@ async def run_events(
         if not runs.current(run):
             return
         runs.end(run)
+        if broke() and session.watch.hit is not None:
+            yield {"event": "break", "data": json.dumps(session.watch.hit.to_dict())}
         answer = await step_response(state, handle, [])
         event = "done" if session.done else "paused"
         if fmt == "json":
             data = json.dumps({**answer, "paused": not session.done})
         else:
-            data = state.render("partials/_status.html", {"state": answer, "handle": handle})
+            context = {"state": answer, "handle": handle, "paused": not session.done}
+            data = state.render("partials/_status.html", context)
         yield {"event": event, "data": data}
         yield {"event": "end", "id": END_ID, "data": ""}
     finally:
@@ -168,14 +179,16 @@ async def _stepping(
     disconnected: Callable[[], Awaitable[bool]],
     *,
     sent: int,
+    broke: Callable[[], bool] = lambda: False,
 ) -> AsyncGenerator[None, None]:
     """Under the session's lock, if ``run`` is generating and the session holds ``sent`` steps
     then, step it on one thread of the step pool until it stops; yields after each step.
 
     The thread stops before a step when the run is not generating any more (paused, taken
-    over, done), the server stops, or the client left (asked after each step sent, and when
-    this generator is closed). The lock is released when the thread is done, whatever this
-    generator is doing then (a stream blocked on a slow client holds no lock).
+    over, done, ``broke``: a breakpoint holds), the server stops, or the client left (asked
+    after each step sent, and when this generator is closed). The lock is released when the
+    thread is done, whatever this generator is doing then (a stream blocked on a slow client
+    holds no lock).
     """
     session, runs = handle.session, handle.runs
     await handle.lock.acquire()
@@ -195,7 +208,7 @@ async def _stepping(
             stop.set()
 
     def steps() -> None:
-        while not stop.is_set() and runs.generating(run) and not session.done:
+        while not stop.is_set() and runs.generating(run) and not (session.done or broke()):
             if state.shutdown.started:
                 return  # the stream sends the shutdown event
             each(session.step)

@@ -4,7 +4,7 @@ and the formats each builder lists.
 A source is parsed on the ``parses`` pool (bounded, shared fairly between clients: a flood of
 big sources gets 429s, never the default executor), and every ``$model`` it names is derived in
 one sandbox run, whose process is killed when the request is cancelled or its client leaves
-(:mod:`app.web.departure`).
+(:mod:`app.web.middleware.departure`).
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.engine import CompileResult
-from app.engine.tools.builders import tool_formats
-from app.engine.tools.request import parse_tools
+from app.engine.grammars.tools.base import ToolFormat
+from app.engine.grammars.tools.builders import BUILDER_NAMES, formats_for, tool_formats
+from app.engine.grammars.tools.request import parse_tools
 from app.exceptions import GrammarError, RequestEnded
 from app.sandbox.process import Cancel
 from app.sandbox.sandbox import PydanticSchema
-from app.web.departure import on_client_leaving
-from app.web.state import AppState
+from app.web.middleware.departure import on_client_leaving
+from app.web.runtime.state import AppState
 
 __all__ = ["formats", "tools_answer", "tools_source"]
 
@@ -105,9 +106,25 @@ def tools_answer(result: CompileResult) -> dict[str, Any]:
     }
 
 
-async def formats() -> list[dict[str, Any]]:
+async def formats(state: AppState | None = None, model: str | None = None) -> list[dict[str, Any]]:
     """``GET /api/tool-formats``: every builder's formats, read from the installed libraries
     (off the event loop: vLLM's are read by running its own code, in the background: until
-    they are, vLLM is one row saying it is starting)."""
-    rows = await asyncio.to_thread(tool_formats, wait=False)
-    return [dataclasses.asdict(row) for row in rows]
+    they are, vLLM is one row saying it is starting). With ``model``, each format's
+    availability is checked against that model's tokenizer, as vLLM's start-up check does.
+
+    Raises:
+        InvalidInput: no model ``model`` here.
+        NotReady: it is loading.
+    """
+    if state is None or model is None:
+        rows = await asyncio.to_thread(tool_formats, wait=False)
+        return [dataclasses.asdict(row) for row in rows]
+    tokenizer = state.engine_for(model).tools.tokenizer
+    found: list[ToolFormat] = []
+    for name in BUILDER_NAMES:
+        try:
+            found += await asyncio.to_thread(formats_for, name, tokenizer)
+        except GrammarError as error:
+            reason = str(error).removeprefix(f"the {name} builder is unavailable: ")
+            found.append(ToolFormat(name, "", False, None, False, reason))
+    return [dataclasses.asdict(row) for row in found]

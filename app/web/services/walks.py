@@ -3,7 +3,8 @@
 A request that walks text through a matcher (a replay and the re-walks that explain its refusal,
 schema tests, a session's step) runs under one :class:`~app.engine.budget.WalkBudget` of
 ``MASKSCOPE_WALK_BUDGET_S``: its walks stop with 422 ``grammar_too_slow`` once they have used it,
-and at their next token once the client leaves (:mod:`app.web.departure`) or the request is
+and at their next token once the client leaves (:mod:`app.web.middleware.departure`) or the request
+is
 cancelled (the pool cancels the budget in force when its caller is).
 """
 
@@ -16,9 +17,9 @@ from typing import ParamSpec, Protocol, TypeVar
 
 from app.engine import Session
 from app.engine.budget import WalkBudget, current_budget, installed
-from app.web.departure import on_client_leaving
-from app.web.executors import WorkPool
-from app.web.state import AppState
+from app.web.middleware.departure import on_client_leaving
+from app.web.runtime.executors import WorkPool
+from app.web.runtime.state import AppState
 
 __all__ = ["Budgeted", "request_budget", "step_budget", "stepped", "walked"]
 

@@ -10,10 +10,10 @@ from fastapi.responses import HTMLResponse
 
 from app.exceptions import GrammarError, InvalidInput, SessionGone, SessionNotFound
 from app.export import TARGETS, export
-from app.web.deps import StateDep
-from app.web.forms import form_session_request
+from app.web.runtime.deps import StateDep
+from app.web.runtime.state import AppState
+from app.web.schemas.forms import form_session_request
 from app.web.services import export as export_service
-from app.web.state import AppState
 
 __all__ = ["router"]
 

@@ -10,9 +10,9 @@ from fastapi.responses import HTMLResponse
 
 from app.engine import StepRecord
 from app.engine.mask_summary import summarize_mask
+from app.web.runtime.sessions import SessionHandle
+from app.web.runtime.state import AppState
 from app.web.services import actions
-from app.web.services.sessions import SessionHandle
-from app.web.state import AppState
 
 __all__ = [
     "Part",

@@ -9,15 +9,16 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from app.engine import PRESETS, MaskingLibrary, presets
+from app.engine.stepper.breakpoints import breakpoint_from
 from app.examples import Example, load_all_examples
 from app.exceptions import InvalidInput, NotReady, PermalinkNotFound
 from app.settings import LOCAL_MODEL_ID
-from app.web.deps import StateDep
 from app.web.errors import not_found_page
-from app.web.forms import open_choice, shared_step
+from app.web.runtime.deps import StateDep
+from app.web.runtime.state import AppState
+from app.web.schemas.forms import open_choice, shared_step
 from app.web.services import actions
 from app.web.services import permalinks as sharing
-from app.web.state import AppState
 from app.web.ui.fragments import footer, fragments, inspector_context, render_page
 
 __all__ = ["router"]
@@ -46,6 +47,9 @@ def _prefill_from_request(request: dict[str, Any]) -> dict[str, Any]:
         "compare": request.get("compare") is not None,
         "model": request.get("model", LOCAL_MODEL_ID),
         "reasoning": request.get("reasoning", "none"),
+        "breakpoints": "\n".join(
+            breakpoint_from(**b).text for b in request.get("breakpoints") or ()
+        ),
     }
 
 

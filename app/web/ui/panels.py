@@ -9,11 +9,11 @@ from fastapi.responses import HTMLResponse, Response
 
 from app.engine.mask_summary import summarize_mask
 from app.exceptions import GrammarError, InvalidInput
-from app.web.deps import StateDep
-from app.web.forms import compile_request, doctor_request, replay_request
+from app.web.runtime.deps import StateDep
+from app.web.schemas.forms import compile_request, doctor_request, replay_request
 from app.web.services import actions
 from app.web.services.examine import editor_marks, examine
-from app.web.services.replay_cause import replay_cause, walked_text
+from app.web.services.replay_cause import replay_cause, schema_check, walked_text
 from app.web.ui.fragments import render_page
 
 __all__ = ["router"]
@@ -64,7 +64,9 @@ async def replay_fragment(request: Request, state: StateDep) -> HTMLResponse:
     result = await actions.replay(state, engine, body)
     cause, accepted_by = await replay_cause(state, engine, body, result)
     text = walked_text(engine, result) if body.token_ids else body.text or ""
-    context = {"result": result, "text": text, "cause": cause, "accepted_by": accepted_by}
+    checked = await schema_check(state, engine, body, result)
+    context = {"result": result, "text": text, "cause": cause, "accepted_by": accepted_by,
+               "schema_check": checked}  # fmt: skip
     return render_page(state, request, "partials/_replay.html", context)
 
 

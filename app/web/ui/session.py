@@ -9,10 +9,10 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse, Response
 
 from app.exceptions import InvalidInput
-from app.web import quota
-from app.web.deps import HandleDep, StateDep
-from app.web.forms import forced_token, form_session_request, share_tests, step_count
-from app.web.rootpath import url
+from app.web.middleware.rootpath import url
+from app.web.runtime import quota
+from app.web.runtime.deps import HandleDep, StateDep
+from app.web.schemas.forms import forced_token, form_session_request, share_tests, step_count
 from app.web.services import actions
 from app.web.services import permalinks as sharing
 from app.web.ui.fragments import (

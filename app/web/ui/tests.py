@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from app.web.deps import StateDep
-from app.web.forms import panel_tests_request
+from app.web.runtime.deps import StateDep
+from app.web.schemas.forms import panel_tests_request
 from app.web.services import schema_tests
 
 __all__ = ["router"]

@@ -1,0 +1,1 @@
+"""Engines built from settings: tokenizer-only models and remote servers."""

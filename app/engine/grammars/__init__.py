@@ -1,0 +1,1 @@
+"""Grammars: sources (JSON Schema, tools, EBNF, regex, tags) compiled by xgrammar and llguidance."""

@@ -1,0 +1,1 @@
+"""The model: loading, the forward engines, tokenizers, prompts and sampling."""

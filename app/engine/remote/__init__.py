@@ -1,8 +1,0 @@
-"""Remote engines: vLLM servers that compute the forward pass while Maskscope masks here."""
-
-from __future__ import annotations
-
-from app.engine.remote.check import ServerFacts, check_server
-from app.engine.remote.client import ALL_TOKENS, Choice, Logprobs, VllmClient
-
-__all__ = ["ALL_TOKENS", "Choice", "Logprobs", "ServerFacts", "VllmClient", "check_server"]

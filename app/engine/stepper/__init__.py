@@ -1,0 +1,1 @@
+"""The stepper: sessions and replay, one recorded step at a time."""

@@ -1,0 +1,2 @@
+"""The running app: its state, dependencies, worker pools, live sessions, stop, metrics and
+quotas."""

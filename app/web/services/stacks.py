@@ -1,0 +1,58 @@
+"""``GET /api/stacks``: every serving stack, its versions read in its own process."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+from app.engine import AnyEngine
+from app.engine.records import ReplayResult
+from app.engine.stacks import runner, stack_infos
+from app.engine.stacks.replay import ServeFlags, stack_replay
+from app.web.runtime.state import AppState
+from app.web.schemas.bodies import ReplayIn
+from app.web.services import walks
+
+__all__ = ["replay_on_stack", "stacks"]
+
+
+async def stacks(state: AppState) -> list[dict[str, Any]]:
+    """Each stack as the contract lists it: ``{"id", "versions", "forward", "available",
+    "reason"}`` (off the event loop: a stack's runner may be starting)."""
+    rows = await asyncio.to_thread(stack_infos, state.settings)
+    return [dataclasses.asdict(row) for row in rows]
+
+
+async def replay_on_stack(
+    state: AppState, engine: AnyEngine, body: ReplayIn, stack: str
+) -> ReplayResult:
+    """``POST /api/replay`` under ``stack`` (a vLLM release): each step's row is the one that
+    release's own scheduler masks with (:func:`app.engine.stacks.replay.stack_replay`); the
+    ``reasoning`` setting ``mask_everywhere`` is vLLM's ``enable_in_reasoning``.
+
+    Raises:
+        InvalidInput: no such stack (``/stack``).
+        GrammarError: the stack refuses the request, or is unavailable (its reason).
+    """
+    from app.web.services.actions import compile_grammar
+
+    builder = runner(state.settings, stack)
+    grammar, _ = await compile_grammar(state, engine, body.grammar)
+    serve = ServeFlags(
+        structured_outputs_config={"enable_in_reasoning": body.reasoning == "mask_everywhere"}
+    )
+    return await walks.walked(
+        state,
+        state.pools.replays,
+        "the replay",
+        stack_replay,
+        builder,
+        grammar,
+        engine.model.tokens,
+        tokenizer=engine.tools.tokenizer,
+        text=body.text,
+        token_ids=body.token_ids or (),
+        bitmask_for=body.bitmask_for,
+        serve=serve,
+    )

@@ -1,0 +1,33 @@
+"""The settings every real-stack test module shares: both shipped stacks, runners of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from app.engine.stacks import close_runners
+from app.settings import Settings
+from tests.vllm_oracle import STACK_PATHS, VLLM_PYTHON
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A test on the stacks' settings or runners drives their runners (vLLM processes serving
+    requests): the server tier (tests/tiers.py, docs/testing.md)."""
+    if {"settings", "runners"} & set(getattr(item, "fixturenames", ())):
+        item.add_marker(pytest.mark.server)
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """Settings whose stacks are the shipped two, whose runners listen in a directory of this
+    module's (a runner another process keeps warm is never a test's); closed after it."""
+    assert VLLM_PYTHON.exists(), f"{VLLM_PYTHON} is missing: run `make vllm-install`"
+    assert STACK_PATHS["vllm-0.34.0"][0].is_dir(), "vLLM 0.34.0 is missing: run `make stacks`"
+    yield Settings(
+        vllm_python=VLLM_PYTHON,
+        vllm_timeout_s=600,
+        stack_runner_dir=tmp_path_factory.mktemp("runners"),
+        stacks_dir=STACK_PATHS["vllm-0.34.0"][0].parent,
+    )
+    close_runners()
