@@ -13,6 +13,8 @@ import json
 from collections.abc import Callable
 from json.decoder import scanstring  # type: ignore[attr-defined]
 
+from app.paths import escape_token
+
 __all__ = ["Locator", "json_positions", "locator_for", "parent_pointers"]
 
 #: A pointer's (line, column), or None when the source does not hold it.
@@ -26,10 +28,6 @@ def _skip(text: str, pos: int) -> int:
     while pos < len(text) and text[pos] in _WHITESPACE:
         pos += 1
     return pos
-
-
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
 
 
 def _expect(text: str, pos: int, char: str) -> int:
@@ -46,7 +44,7 @@ def _members(text: str, pos: int, pointer: str, out: dict[str, int], depth: int)
     while True:
         at = pos
         key, pos = scanstring(text, _expect(text, pos, '"'))
-        child = f"{pointer}/{_escape(key)}"
+        child = f"{pointer}/{escape_token(key)}"
         out.setdefault(child, at)
         pos = _skip(text, _expect(text, _skip(text, pos), ":"))
         pos = _skip(text, _value(text, pos, child, out, depth + 1))
