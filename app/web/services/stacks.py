@@ -13,6 +13,7 @@ from app.engine.stacks.replay import ServeFlags, stack_replay
 from app.web.runtime.state import AppState
 from app.web.schemas.bodies import ReplayIn
 from app.web.services import walks
+from app.web.services.actions import compile_grammar
 
 __all__ = ["replay_on_stack", "stacks"]
 
@@ -35,8 +36,6 @@ async def replay_on_stack(
         InvalidInput: no such stack (``/stack``).
         GrammarError: the stack refuses the request, or is unavailable (its reason).
     """
-    from app.web.services.actions import compile_grammar
-
     builder = runner(state.settings, stack)
     grammar, _ = await compile_grammar(state, engine, body.grammar)
     serve = ServeFlags(
