@@ -19,8 +19,11 @@ from app.engine.tokens import Tokens
 
 __all__ = [
     "BlockedClass",
+    "BARE_QUOTE",
+    "CLASS_KEYS",
     "CLASS_LABELS",
     "DIGITS",
+    "LEADING",
     "MaskSummary",
     "STOP",
     "WHITESPACE",
@@ -34,29 +37,31 @@ __all__ = [
 #: At most this many allowed tokens, the summary lists them all.
 LIST_MAX = 100
 
-QUOTE = 'containing a double quote "'
-WHITESPACE = "made of whitespace only"
-SPECIAL = "special (end of text, chat markers)"
-LEADING = "starting with whitespace"
-DIGITS = "made of digits only"
-BARE_QUOTE = 'exactly a double quote "'
-STOP = "stop tokens (end generation)"
-#: Every class a record's ``classes`` counts, in this order. The first seven are the ones the
-#: inspector names when a mask blocks them entirely (``blocked_classes``).
-CLASS_LABELS = (
-    QUOTE,
-    "containing a backslash \\",
-    "containing a line break (\\n or \\r)",
-    "containing another control character (U+0000 to U+001F)",
-    WHITESPACE,
-    "holding part of a UTF-8 character",
-    SPECIAL,
-    LEADING,
-    DIGITS,
-    BARE_QUOTE,
-    STOP,
-)
-_NAMED_WHEN_BLOCKED = frozenset(CLASS_LABELS[:7])
+QUOTE = "contains_quote"
+WHITESPACE = "whitespace"
+SPECIAL = "special"
+LEADING = "whitespace_leading"
+DIGITS = "digit"
+BARE_QUOTE = "quote"
+STOP = "stop"
+#: Every class a record's ``classes`` counts, by its key there (the API's), with the words the
+#: inspector uses for it, in this order. The first seven are the ones the inspector names when a
+#: mask blocks them entirely (``blocked_classes``).
+CLASS_LABELS: dict[str, str] = {
+    QUOTE: 'containing a double quote "',
+    "backslash": "containing a backslash \\",
+    "line_break": "containing a line break (\\n or \\r)",
+    "control": "containing another control character (U+0000 to U+001F)",
+    WHITESPACE: "made of whitespace only",
+    "partial_utf8": "holding part of a UTF-8 character",
+    SPECIAL: "special (end of text, chat markers)",
+    LEADING: "starting with whitespace",
+    DIGITS: "made of digits only",
+    BARE_QUOTE: 'exactly a double quote "',
+    STOP: "stop tokens (end generation)",
+}
+CLASS_KEYS = tuple(CLASS_LABELS)
+_NAMED_WHEN_BLOCKED = frozenset(CLASS_KEYS[:7])
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +147,7 @@ def _features(tokens: Tokens) -> _Features:
     members = [row & regular for row in rows] + [special]
     members += [leading & regular, digits & regular, bare & regular, stop]
     features = _Features(
-        classes=tuple(zip(CLASS_LABELS, members, strict=True)),
+        classes=tuple(zip(CLASS_KEYS, members, strict=True)),
         matrix=np.stack(members),
         packed=_pack(np.stack(members)),
         length=length,
@@ -178,11 +183,11 @@ def summarize_mask(bitmask: bytes, tokens: Tokens) -> MaskSummary:
     blocked: list[BlockedClass] = []
     if count:
         sizes = features.matrix.sum(axis=1)
-        for (label, _), size, inside in zip(
+        for (key, _), size, inside in zip(
             features.classes, sizes, _counts(features, allowed), strict=True
         ):
-            if label in _NAMED_WHEN_BLOCKED and size and not inside:
-                blocked.append(BlockedClass(label, int(size)))
+            if key in _NAMED_WHEN_BLOCKED and size and not inside:
+                blocked.append(BlockedClass(CLASS_LABELS[key], int(size)))
         longer = features.length > longest
         size = int(longer.sum())
         if lengths.size and size:
@@ -217,7 +222,7 @@ def _counts_packed(features: _Features, words: np.ndarray) -> np.ndarray:
 
 
 def count_classes(allowed: np.ndarray, tokens: Tokens) -> dict[str, int]:
-    """How many tokens of each class of :data:`CLASS_LABELS` ``allowed`` allows: the one count
+    """How many tokens of each class of :data:`CLASS_KEYS` ``allowed`` allows: the one count
     behind both a record's ``classes`` and the inspector's ``blocked_classes``.
 
     Args:
@@ -225,14 +230,14 @@ def count_classes(allowed: np.ndarray, tokens: Tokens) -> dict[str, int]:
         tokens: the vocabulary.
     """
     counts = _counts(_features(tokens), allowed[: tokens.vocab_size])
-    return {label: int(c) for label, c in zip(CLASS_LABELS, counts, strict=True)}
+    return {key: int(c) for key, c in zip(CLASS_KEYS, counts, strict=True)}
 
 
 def class_counts(words: np.ndarray, tokens: Tokens) -> dict[str, int]:
     """:func:`count_classes` of one row of bitmask words (int32 or uint32, as a masking engine
     fills them), without unpacking them."""
     counts = _counts_packed(_features(tokens), words.view("<u4"))
-    return {label: int(c) for label, c in zip(CLASS_LABELS, counts, strict=True)}
+    return {key: int(c) for key, c in zip(CLASS_KEYS, counts, strict=True)}
 
 
 def only(record: Any, label: str) -> bool:

@@ -286,14 +286,20 @@ class StepRecord:
     rollback: RollbackRecord | None = None
     masked: bool = True
     segment: Segment | None = None
-    #: allowed tokens by class (``mask_summary.CLASS_LABELS``); None while unmasked
+    #: allowed tokens by class (keys: ``mask_summary.CLASS_KEYS``); None while unmasked
     classes: dict[str, int] | None = None
     #: the labels of the alarms that held at this step (see app.engine.stepper.breakpoints)
     alarms: tuple[str, ...] = ()
 
+    @property
+    def empty_mask(self) -> bool:
+        """The grammar's mask allowed no token at this step (only a forced token was taken)."""
+        return self.masked and self.allowed_count == 0
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: bytes as base64, tuples as lists; the remote-only fields when set."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["empty_mask"] = self.empty_mask
         out["alarms"] = list(self.alarms)
         out["segment"] = self.segment.to_dict() if self.segment else None
         if self.inexact is None:
@@ -340,12 +346,18 @@ class ReplayToken:
     bitmask: bytes | None = None
     masked: bool = True
     segment: Segment | None = None
-    #: allowed tokens by class (``mask_summary.CLASS_LABELS``); None while unmasked
+    #: allowed tokens by class (keys: ``mask_summary.CLASS_KEYS``); None while unmasked
     classes: dict[str, int] | None = None
+
+    @property
+    def empty_mask(self) -> bool:
+        """The grammar's mask allowed no token here."""
+        return self.masked and self.allowed_count == 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form; ``bitmask`` only when kept."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["empty_mask"] = self.empty_mask
         out["segment"] = self.segment.to_dict() if self.segment else None
         if self.bitmask is None:
             del out["bitmask"]

@@ -166,6 +166,8 @@ def test_p6_the_compile_options_sit_beside_the_kind_tabs(shared: Shared, live_se
     page.select_option("#preset", "vllm")
     expect(page.locator('input[name="any_whitespace"]')).to_be_checked()
     page.select_option("#preset", "maskscope")
+    # a preset's options compile again: the stats are back once that compile is done
+    expect(page.locator("#compile-result .stats")).to_contain_text("compiled")
     page.locator("header.topbar").click()
     page.keyboard.press("ArrowRight")
     expect(page.locator("#tokens .chip")).to_have_count(1)

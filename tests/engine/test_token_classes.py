@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.engine.mask_summary import CLASS_LABELS, class_counts, count_classes, summarize_mask
+from app.engine.mask_summary import (
+    CLASS_KEYS,
+    CLASS_LABELS,
+    class_counts,
+    count_classes,
+    summarize_mask,
+)
 from app.engine.tokens import Tokens
 
 VOCAB = [b" a", b"12", b'"', b'a"', b"\n", b"  ", b"7x", b"\xe2\x82", b"</s>", b" 3"]
@@ -20,12 +26,12 @@ def _tokens() -> Tokens:
 @pytest.mark.parametrize(
     ("allowed", "expected"),
     [
-        (range(10), {"starting with whitespace": 4, "made of digits only": 1,
-                     'exactly a double quote "': 1, "made of whitespace only": 2,
-                     "stop tokens (end generation)": 1, 'containing a double quote "': 2}),
-        ([1, 6], {"made of digits only": 1, "starting with whitespace": 0}),
-        ([8], {"stop tokens (end generation)": 1, "special (end of text, chat markers)": 1,
-               "made of whitespace only": 0}),
+        (range(10), {"whitespace_leading": 4, "digit": 1,
+                     "quote": 1, "whitespace": 2,
+                     "stop": 1, "contains_quote": 2}),
+        ([1, 6], {"digit": 1, "whitespace_leading": 0}),
+        ([8], {"stop": 1, "special": 1,
+               "whitespace": 0}),
     ],
 )  # fmt: skip
 def test_the_counts_packed_and_unpacked_agree_and_are_the_classes_sizes(
@@ -35,7 +41,7 @@ def test_the_counts_packed_and_unpacked_agree_and_are_the_classes_sizes(
     bools[list(allowed)] = True
     words = np.packbits(np.pad(bools, (0, 32 - len(VOCAB))), bitorder="little").view("<i4")
     counts = count_classes(bools, _tokens())
-    assert list(counts) == list(CLASS_LABELS)
+    assert list(counts) == list(CLASS_KEYS)
     assert class_counts(words, _tokens()) == counts
     assert {label: counts[label] for label in expected} == expected
     # the inspector names a class blocked exactly when its count is 0 (and it has members)
@@ -43,4 +49,5 @@ def test_the_counts_packed_and_unpacked_agree_and_are_the_classes_sizes(
     blocked = {c.label for c in summary.blocked_classes} - {
         f"longer than {summary.longest_allowed} characters"
     }
-    assert all(counts[label] == 0 for label in blocked)
+    by_label = {CLASS_LABELS[key]: count for key, count in counts.items()}
+    assert all(by_label[label] == 0 for label in blocked)

@@ -18,7 +18,7 @@ STEP_KEYS = {
     "blocked_mass", "allowed_count", "vocab_size", "bitmask", "depth", "path", "rules",
     "jump_forward", "probe", "mask_accept_agree", "engine", "forward_ms", "mask_us", "total_ms",
     "terminated", "allowed_tokens", "follower", "drafts", "rollback", "masked", "segment",
-    "alarms",
+    "alarms", "classes", "empty_mask",
 }  # fmt: skip
 
 
@@ -257,7 +257,7 @@ def test_replay(client: TestClient) -> None:
     assert bad["accepted"] is False and bad["rejection"]["offset"] == 9
     assert set(bad["tokens"][0]) == {
         "token_id", "text", "accepted", "allowed_count", "depth", "path", "rules", "masked",
-        "segment", "classes",
+        "segment", "classes", "empty_mask",
     }  # fmt: skip
     assert set(bad["tokens"][1]) == set(bad["tokens"][0]) | {"bitmask"}
     _error(client.post("/api/replay", json={**body, "bitmask_for": list(range(65))}), 422)

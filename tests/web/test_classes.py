@@ -37,10 +37,10 @@ def _made_of(text: str, characters: str) -> bool:
 def _independent(texts: list[str], allowed: np.ndarray) -> dict[str, int]:
     chosen = [texts[i] for i in np.flatnonzero(allowed)]
     return {
-        "starting with whitespace": sum(t != "" and t[0] in ASCII_SPACE for t in chosen),
-        "made of digits only": sum(_made_of(t, "0123456789") for t in chosen),
-        'exactly a double quote "': sum(t == '"' for t in chosen),
-        "made of whitespace only": sum(_made_of(t, ASCII_SPACE) for t in chosen),
+        "whitespace_leading": sum(t != "" and t[0] in ASCII_SPACE for t in chosen),
+        "digit": sum(_made_of(t, "0123456789") for t in chosen),
+        "quote": sum(t == '"' for t in chosen),
+        "whitespace": sum(_made_of(t, ASCII_SPACE) for t in chosen),
     }
 
 
@@ -70,8 +70,8 @@ def test_the_classes_after_location_are_the_vocabularys_own_count(
     expected = _independent(vocab["tokens"], allowed)
     assert {label: last["classes"][label] for label in expected} == expected
     # the facts #58067 turned on: whether a bare `"` may follow, and whether whitespace may
-    assert last["classes"]['exactly a double quote "'] == int(bare_quote)
-    assert (last["classes"]["starting with whitespace"] > 0) is leading_space
+    assert last["classes"]["quote"] == int(bare_quote)
+    assert (last["classes"]["whitespace_leading"] > 0) is leading_space
 
 
 def test_a_run_of_whitespace_only_steps_is_read_from_the_records_alone() -> None:
@@ -94,10 +94,10 @@ def test_each_chip_carries_its_steps_classes_for_the_timeline_strip(client: Test
     classes = record["classes"]
     assert attributes == {
         "ws": str(classes[WHITESPACE]),
-        "lead": str(classes["starting with whitespace"]),
+        "lead": str(classes["whitespace_leading"]),
         "digits": str(classes[DIGITS]),
-        "quote": str(classes['exactly a double quote "']),
-        "stops": str(classes["stop tokens (end generation)"]),
+        "quote": str(classes["quote"]),
+        "stops": str(classes["stop"]),
     }
     assert sum(classes.values()) > 0 or record["allowed_count"] == 0
     page = client.get("/").text

@@ -38,9 +38,9 @@ __all__ = [
     "with_alarms",
 ]
 
-#: The label of the records' ``classes`` counting allowed tokens made of whitespace only.
+#: The key of the records' ``classes`` counting allowed tokens made of whitespace only.
 WHITESPACE_CLASS = WHITESPACE
-#: The label of the records' ``classes`` counting allowed tokens made of digits only.
+#: The key of the records' ``classes`` counting allowed tokens made of digits only.
 DIGIT_CLASS = DIGITS
 #: How many tokens running of whitespace (or digits) the default alarms call a runaway.
 RUNAWAY_STEPS = 16
@@ -157,13 +157,11 @@ class RemovedAbove:
 
 @dataclass(frozen=True, slots=True)
 class EmptyMask:
-    """The step's mask allowed nothing (the record's ``empty_mask`` where it has one)."""
+    """The step's mask allowed nothing (the record's ``empty_mask``)."""
 
     def holds(self, records: Sequence[StepRecord]) -> bool:
         """See :class:`Condition`."""
-        record = records[-1]
-        empty: bool | None = getattr(record, "empty_mask", None)
-        return record.masked and (record.allowed_count == 0 if empty is None else empty)
+        return records[-1].empty_mask
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,7 +97,7 @@ def mask_distribution(
         TopToken(token_id=i, text=tokens.text(i), prob=p, logit=logit, allowed=bool(allowed[i]))
         for p, i, logit in zip(top_probs.tolist(), ids, shown_logits, strict=True)
     )
-    blocked = float(probs.masked_fill(allowed_t, 0.0).sum())
+    blocked = _blocked_mass(probs, allowed, allowed_t)
     allowed_count = int(np.count_nonzero(allowed))
     return MaskedDistribution(
         top=top,
@@ -110,6 +110,19 @@ def mask_distribution(
         if allowed_count <= ALLOWED_LIST_MAX
         else (),
     )
+
+
+def _blocked_mass(probs: torch.Tensor, allowed: np.ndarray, allowed_t: torch.Tensor) -> float:
+    """The probability the mask removes, the same in every thread.
+
+    torch splits a CPU sum this long across the calling thread's intra-op threads, whose number
+    each thread fixes when it first runs an op (a step runs in whichever thread leads its batch):
+    the same probabilities summed in two threads could differ in the last bits, and a record
+    repeated after a back would differ. numpy's pairwise sum runs in one thread.
+    """
+    if probs.device.type == "cpu":
+        return float(probs.float().numpy()[~allowed].sum(dtype=np.float64))
+    return float(probs.masked_fill(allowed_t, 0.0).sum())
 
 
 def _allowed_tokens(

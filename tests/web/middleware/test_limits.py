@@ -158,7 +158,8 @@ def test_the_largest_replay_answers_in_bounded_size_and_one_token_more_is_413(
     assert [i for i, t in enumerate(replayed["tokens"]) if "bitmask" in t] == wanted
     size = len(answer.content)
     print(f"the largest replay ({cap} tokens, {len(wanted)} bitmasks) answers {size} bytes")
-    assert size < 64 * 8192 + cap * 160  # the bitmasks asked for, and a short line per token
+    # the bitmasks asked for, and a short line per token (its class counts included)
+    assert size < 64 * 8192 + cap * 400
     over = client.post("/api/replay", json={"grammar": grammar, "text": text + " hello"})
     assert over.status_code == 413
     assert over.json()["error"] == {
