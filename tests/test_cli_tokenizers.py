@@ -100,3 +100,29 @@ def test_a_logged_batch_is_replayed_as_vllm_applied_it_after_the_reasoning(
     from_start = json.loads(capsys.readouterr().out)
     assert all(t["masked"] for t in from_start["tokens"])
     assert from_start["refusal"] is not None and from_start["refusal"]["index"] < 2
+
+
+def test_under_a_stack_the_reasoning_is_that_releases_parsers_and_the_refusal_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--stack``: the same logged batch walked by vLLM 0.32.0's own scheduler-side masking in
+    its runner: its qwen3 reasoning parser ends the reasoning at ``</think>`` (no
+    ``--reasoning`` needed: the tools source names the parser), the blank line is refused, and
+    the answer names the stack that filled the rows."""
+    source = tmp_path / "tools.json"
+    source.write_text(json.dumps({
+        "builder": "vllm", "format": "qwen3_coder", "reasoning_parser": "qwen3",
+        "tools": [{"type": "function", "function": {
+            "name": "get_weather", "strict": True, "parameters": CITY}}],
+        "tool_choice": "required",
+    }))  # fmt: skip
+    base = ["replay", "--schema", str(source), "--kind", "tools", "--model", "qwen3.6",
+            "--log", LOG, "--stack", "vllm-0.32.0"]  # fmt: skip
+    assert main([*base, "--json"]) == 1
+    walked = json.loads(capsys.readouterr().out)
+    assert walked["mask_by"]["stack"] == "vllm-0.32.0"
+    assert [t["masked"] for t in walked["tokens"][:2]] == [False, False]
+    assert walked["refusal"]["index"] == 2 and walked["refusal"]["token_id"] == 271
+    assert "vLLM 0.32.0" in walked["refusal"]["cause"]
+    assert main(base) == 1
+    assert "masked by vllm-0.32.0: xgrammar" in capsys.readouterr().out

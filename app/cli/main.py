@@ -1,4 +1,4 @@
-"""Command line: ``python -m app serve|trace|replay|doctor|test|check|store|stacks|roundtrip``
+"""Command line: ``python -m app serve|trace|replay|doctor|test|check|store|stacks|diff|roundtrip``
 (see ``--help``)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from app.cli import check, doctor, replay, roundtrip, serve, stacks, store, test, trace
+from app.cli import check, diff, doctor, replay, roundtrip, serve, stacks, store, test, trace
 from app.cli.options import Command
 from app.exceptions import MaskscopeError
 from app.settings import Settings
@@ -21,7 +21,7 @@ def parser() -> argparse.ArgumentParser:
     """The argument parser: one subcommand per module, each bound to its ``run``."""
     root = argparse.ArgumentParser(prog="python -m app", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
-    for module in (serve, trace, replay, doctor, test, check, store, stacks, roundtrip):
+    for module in (serve, trace, replay, doctor, test, check, store, stacks, diff, roundtrip):
         command = commands.add_parser(module.NAME, help=module.HELP)
         module.add_arguments(command)
         command.set_defaults(run=module.run)

@@ -20,10 +20,10 @@ from app.cli.options import (
 from app.settings import Settings
 
 if TYPE_CHECKING:
-    from app.engine import ReplayResult
+    from app.engine import AnyEngine, GrammarSpec, ReplayResult
     from app.engine.records import Refusal
 
-__all__ = ["HELP", "NAME", "add_arguments", "run"]
+__all__ = ["HELP", "NAME", "add_arguments", "replayed_ids", "run"]
 
 NAME = "replay"
 HELP = "check a text or token ids against a grammar, no model"
@@ -45,11 +45,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "rejected draft token): its ids follow the text and --token-ids",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the replay as JSON")
+    parser.add_argument(
+        "--stack", default="maskscope",
+        help="the serving stack whose own code masks each step (`python -m app stacks`; "
+        "default maskscope, in-process)",
+    )  # fmt: skip
     add_compare_argument(parser)
     add_reasoning_argument(parser)
 
 
-def _ids(args: argparse.Namespace) -> list[int] | None:
+def replayed_ids(args: argparse.Namespace) -> list[int] | None:
     """The ids of ``--token-ids`` then ``--log``, None when neither is given.
 
     Raises:
@@ -74,7 +79,7 @@ def _ids(args: argparse.Namespace) -> list[int] | None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Replay ``--text``, then ``--token-ids``, then ``--log``'s ids; exit 0 when accepted and
     complete, 1 otherwise, 2 when nothing is given to replay."""
-    token_ids = _ids(args)
+    token_ids = replayed_ids(args)
     if args.text is None and token_ids is None:
         print("replay: give --text, --token-ids or --log (or several)", file=sys.stderr)
         return 2
@@ -83,17 +88,46 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     spec = grammar_request(args, settings).spec
     engine = load_engine(args, settings)
     try:
-        result = engine.replay(
-            spec,
-            text=args.text,
-            token_ids=token_ids,
-            compare=compare_library(args),
-            reasoning=ReasoningMode(args.reasoning),
-        )
+        if args.stack != "maskscope":
+            result = _on_stack(args, settings, engine, spec, token_ids)
+        else:
+            result = engine.replay(
+                spec,
+                text=args.text,
+                token_ids=token_ids,
+                compare=compare_library(args),
+                reasoning=ReasoningMode(args.reasoning),
+            )
     finally:
         engine.close()
     print(json.dumps(result.to_dict()) if args.json else _text(result))
     return 0 if result.accepted and result.complete else 1
+
+
+def _on_stack(
+    args: argparse.Namespace,
+    settings: Settings,
+    engine: AnyEngine,
+    spec: GrammarSpec,
+    token_ids: list[int] | None,
+) -> ReplayResult:
+    """The replay under ``--stack``: each row the one that release's own scheduler fills."""
+    from app.engine.stacks import runner
+    from app.engine.stacks.replay import ServeFlags, stack_replay
+
+    builder = runner(settings, args.stack)
+    serve = ServeFlags(
+        structured_outputs_config={"enable_in_reasoning": args.reasoning == "mask_everywhere"}
+    )
+    return stack_replay(
+        builder,
+        engine.compile(spec),
+        engine.model.tokens,
+        tokenizer=engine.tools.tokenizer,
+        text=args.text,
+        token_ids=token_ids or (),
+        serve=serve,
+    )
 
 
 def _text(result: ReplayResult) -> str:
@@ -112,6 +146,9 @@ def _text(result: ReplayResult) -> str:
     if result.refusal:
         lines += _refusal(result.refusal)
     lines.append(f"accepted: {result.accepted}; complete: {result.complete}")
+    if result.mask_by is not None:
+        by = result.mask_by
+        lines.append(f"masked by {by['stack']}: {by.get('library')} {by.get('version')}")
     if result.follower is not None:
         other = result.follower
         where = f" (refused at offset {other.rejection.offset})" if other.rejection else ""

@@ -291,15 +291,16 @@ class StepRecord:
     #: the labels of the alarms that held at this step (see app.engine.stepper.breakpoints)
     alarms: tuple[str, ...] = ()
 
-    @property
-    def empty_mask(self) -> bool:
-        """The grammar's mask allowed no token at this step (only a forced token was taken)."""
-        return self.masked and self.allowed_count == 0
+    #: the grammar's mask allowed no token here (``masked`` and ``allowed_count`` 0): set from
+    #: those two, never given
+    empty_mask: bool = dataclasses.field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "empty_mask", self.masked and self.allowed_count == 0)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: bytes as base64, tuples as lists; the remote-only fields when set."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["empty_mask"] = self.empty_mask
         out["alarms"] = list(self.alarms)
         out["segment"] = self.segment.to_dict() if self.segment else None
         if self.inexact is None:
@@ -349,15 +350,15 @@ class ReplayToken:
     #: allowed tokens by class (keys: ``mask_summary.CLASS_KEYS``); None while unmasked
     classes: dict[str, int] | None = None
 
-    @property
-    def empty_mask(self) -> bool:
-        """The grammar's mask allowed no token here."""
-        return self.masked and self.allowed_count == 0
+    #: as :attr:`StepRecord.empty_mask`
+    empty_mask: bool = dataclasses.field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "empty_mask", self.masked and self.allowed_count == 0)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form; ``bitmask`` only when kept."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["empty_mask"] = self.empty_mask
         out["segment"] = self.segment.to_dict() if self.segment else None
         if self.bitmask is None:
             del out["bitmask"]

@@ -133,3 +133,48 @@ def test_sigterm_with_work_in_flight_exits_soon_and_loses_no_permalink(tmp_path:
         assert reopened.json()["id"] == snapshot_id
     finally:
         again.stop()
+
+
+def _runners(directory: Path) -> set[int]:
+    """The ids of the stacks' runner processes listening under ``directory``."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:  # gone meanwhile
+            continue
+        if any(p.endswith(b"vllm_runner.py") for p in command) and str(
+            directory
+        ).encode() in b" ".join(command):
+            found.add(int(entry.name))
+    return found
+
+
+def test_sigterm_stops_the_stack_runners_the_server_started(tmp_path: Path) -> None:
+    runners = tmp_path / "runners"  # this server's alone: no other process's runner is reused
+    env = {
+        "MASKSCOPE_DB_PATH": str(tmp_path / "p.sqlite"),
+        "MASKSCOPE_STACK_RUNNER_DIR": str(runners),
+    }
+    app = AppProcess("sigterm-stacks", port=free_port(), env=env)
+    app.start()
+    body = {"grammar": {"kind": "regex", "source": "(yes|no)"}, "text": "yes",
+            "model": "qwen3.6", "stack": "vllm-0.34.0"}  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while (
+            answer := httpx.post(f"{app.url}/api/replay", json=body, timeout=240)
+        ).status_code == 503:
+            assert time.monotonic() < deadline, answer.text  # the tokenizer still loading
+            time.sleep(0.5)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["mask_by"]["stack"] == "vllm-0.34.0"
+        assert _runners(runners), "the replay ran in no runner of this server's"
+        app.terminate()
+        app.wait(timeout_s=30)
+    finally:
+        app.stop()
+    deadline = time.monotonic() + 10
+    while _runners(runners) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _runners(runners), "a runner outlived the server that started it"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -34,7 +35,7 @@ from app.exceptions import InvalidInput
 if TYPE_CHECKING:
     from app.engine.grammars.tools.vllm_builder import VllmBuilder
 
-__all__ = ["ServeFlags", "stack_replay"]
+__all__ = ["ServeFlags", "StackWalk", "stack_replay", "stack_walk"]
 
 _EXPECTED_SAMPLE = 20
 
@@ -69,6 +70,15 @@ def _message(
     return message, None
 
 
+@dataclass(frozen=True)
+class StackWalk:
+    """A replay under a stack, with the grammar its backend masked with (``grammar_text``: that
+    release's xgrammar EBNF, or the spec vLLM handed its guidance backend)."""
+
+    result: ReplayResult
+    grammar_text: str
+
+
 def stack_replay(
     builder: VllmBuilder,
     grammar: CompileResult,
@@ -94,7 +104,36 @@ def stack_replay(
         InvalidInput: an id outside the vocabulary.
         GrammarError: the stack refuses the request, or is unavailable.
     """
-    ids = (tokens.encode(text) if text else []) + list(token_ids)
+    return stack_walk(
+        builder,
+        grammar,
+        tokens,
+        tokenizer=tokenizer,
+        ids=(tokens.encode(text) if text else []) + list(token_ids),
+        bitmask_for=bitmask_for,
+        serve=serve,
+        prompt_ids=prompt_ids,
+    ).result
+
+
+def stack_walk(
+    builder: VllmBuilder,
+    grammar: CompileResult,
+    tokens: Tokens,
+    *,
+    tokenizer: str,
+    ids: Sequence[int],
+    bitmask_for: Collection[int] = (),
+    serve: ServeFlags | None = None,
+    prompt_ids: Sequence[int] = (),
+) -> StackWalk:
+    """:func:`stack_replay` of the token ids ``ids``, with the grammar the stack masked with.
+
+    Raises:
+        InvalidInput: an id outside the vocabulary.
+        GrammarError: the stack refuses the request, or is unavailable.
+    """
+    ids = list(ids)
     for position, token_id in enumerate(ids):
         if not 0 <= token_id < tokens.vocab_size:
             raise InvalidInput(
@@ -109,11 +148,13 @@ def stack_replay(
     versions = builder.versions()
     mask_by = {"stack": builder.stack.name, **answer["mask_by"]}
     steps = tuple(_token(tokens, step) for step in answer["steps"])
-    refused = answer["refused_at"]
-    if refused is None:
-        return ReplayResult(True, bool(answer["terminated"]), steps, None, mask_by=mask_by)
+    grammar_text = str(answer.get("grammar_text") or "")
+    if answer["refused_at"] is None:
+        result = ReplayResult(True, bool(answer["terminated"]), steps, None, mask_by=mask_by)
+        return StackWalk(result, grammar_text)
     rejection, refusal = _refusal(tokens, answer, ids, versions, flags)
-    return ReplayResult(False, False, steps, rejection, refusal=refusal, mask_by=mask_by)
+    result = ReplayResult(False, False, steps, rejection, refusal=refusal, mask_by=mask_by)
+    return StackWalk(result, grammar_text)
 
 
 def _token(tokens: Tokens, step: dict[str, Any]) -> ReplayToken:

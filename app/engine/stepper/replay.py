@@ -27,15 +27,20 @@ from app.engine.stepper.stops import EndWalk
 from app.engine.tokens import Tokens
 from app.exceptions import InvalidInput, ReplayTooLong
 
-__all__ = ["replay", "verdict"]
+__all__ = ["replay", "verdict", "walked_ids"]
 
 _EXPECTED_SAMPLE = 20
 
 
-def _token_ids(
+def walked_ids(
     tokens: Tokens, text: str | None, token_ids: Sequence[int] | None, max_tokens: int | None
 ) -> list[int]:
-    """The ids walked: the text's tokens, then ``token_ids`` (either may be absent)."""
+    """The ids a replay walks: the text's tokens, then ``token_ids`` (either may be absent).
+
+    Raises:
+        InvalidInput: neither is given, or an id is outside the vocabulary.
+        ReplayTooLong: more than ``max_tokens`` ids.
+    """
     if text is None and token_ids is None:
         raise InvalidInput("give text, token_ids, or both (the text first, then the ids)")
     given = list(token_ids or ())
@@ -147,7 +152,7 @@ def verdict(
     Raises:
         ReplayTooLong: more tokens than ``max_tokens``.
     """
-    ids = _token_ids(tokens, text, None, max_tokens)
+    ids = walked_ids(tokens, text, None, max_tokens)
     masking = new_masking(grammar)
     consumed = b""
     chars = 0
@@ -198,7 +203,7 @@ def replay(
             position in the pointer).
         ReplayTooLong: more tokens than ``max_tokens``.
     """
-    ids = _token_ids(tokens, text, token_ids, max_tokens)
+    ids = walked_ids(tokens, text, token_ids, max_tokens)
     keep = frozenset(bitmask_for)
     masking = new_masking(grammar)
     bitmask = new_bitmask(tokens.vocab_size)

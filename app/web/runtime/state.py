@@ -14,6 +14,7 @@ from app.engine import AnyEngine, Engine
 from app.engine.factories.remote import RemoteEngines
 from app.engine.factories.tokenizer_only import PADDED_VOCAB, TokenizerModels, added_tokens_of
 from app.engine.model.shipped_tokenizers import SHIPPED
+from app.engine.stacks import close_runners
 from app.exceptions import InvalidInput, NotReady
 from app.sandbox.sandbox import Sandbox
 from app.settings import LOCAL_MODEL_ID, Settings
@@ -242,5 +243,9 @@ class AppState:
         self.remotes.close()
         self.tokenizers.close()
         self.store.close()
-        if self.owns_engine and self.engine is not None:
-            self.engine.close()
+        if self.owns_engine:
+            # The server's own process (it loaded its engine): the stacks' runners it started
+            # stop with it, rather than idling out (apps given an engine share its process).
+            close_runners()
+            if self.engine is not None:
+                self.engine.close()

@@ -58,6 +58,7 @@ __all__ = [
     "ActionIn",
     "CompileIn",
     "CountIn",
+    "DiffIn",
     "DoctorIn",
     "EndIn",
     "ForceIn",
@@ -272,6 +273,27 @@ class ReplayIn(EndIn):
             self.token_ids, self.log = (self.token_ids or []) + logged, None
         if self.text is None and self.token_ids is None:
             raise ValueError("give text, token_ids, or both (the text first, then the ids)")
+        return self
+
+
+class DiffIn(Strict):
+    """One source under two stacks, and optionally a walk (text, ids, a log line's ids)."""
+
+    grammar: GrammarIn
+    model: ModelId = LOCAL_MODEL_ID
+    stacks: list[Annotated[str, Field(pattern=f"^{NAME_PATTERN}$")]] = Field(
+        min_length=2, max_length=2, description="the two stacks, A then B (GET /api/stacks)"
+    )
+    text: Text | None = Field(default=None, max_length=MAX_SOURCE_BYTES)
+    token_ids: list[TokenId] | None = Field(default=None, max_length=MAX_REPLAY_TOKENS)
+    log: Text | None = Field(default=None, max_length=MAX_LOG_LINE, description="a vLLM log line")
+    reasoning: ReasoningName = Field(default="none", description=REASONING_HELP)
+
+    @model_validator(mode="after")
+    def _log_ids(self) -> DiffIn:
+        if self.log is not None:  # InvalidInput (422, pointer /log) when no message is found
+            logged = list(parse_log_line(self.log).token_ids)
+            self.token_ids, self.log = (self.token_ids or []) + logged, None
         return self
 
 

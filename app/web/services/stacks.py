@@ -7,15 +7,20 @@ import dataclasses
 from typing import Any
 
 from app.engine import AnyEngine
+from app.engine.grammars.spec import CompileResult
 from app.engine.records import ReplayResult
+from app.engine.stack_pins import MASKSCOPE
 from app.engine.stacks import runner, stack_infos
+from app.engine.stacks.diff import UpgradeDiff, compare_walks, walk_under
 from app.engine.stacks.replay import ServeFlags, stack_replay
+from app.engine.stepper.replay import walked_ids
+from app.exceptions import InvalidInput
 from app.web.runtime.state import AppState
-from app.web.schemas.bodies import ReplayIn
+from app.web.schemas.bodies import DiffIn, ReplayIn
 from app.web.services import walks
 from app.web.services.actions import compile_grammar
 
-__all__ = ["replay_on_stack", "stacks"]
+__all__ = ["diff", "replay_on_stack", "stacks"]
 
 
 async def stacks(state: AppState) -> list[dict[str, Any]]:
@@ -55,3 +60,48 @@ async def replay_on_stack(
         bitmask_for=body.bitmask_for,
         serve=serve,
     )
+
+
+async def diff(state: AppState, engine: AnyEngine, body: DiffIn) -> UpgradeDiff:
+    """``POST /api/diff``: the source under ``body.stacks`` (A then B), each stack's own work
+    compared (:mod:`app.engine.stacks.diff`).
+
+    Raises:
+        InvalidInput: no such stack (``/stacks/<i>``), or an id outside the vocabulary.
+        ReplayTooLong: more tokens than a replay walks.
+        GrammarError: a stack refuses the request, or is unavailable (its reason).
+    """
+    for index, stack in enumerate(body.stacks):
+        try:
+            if stack != MASKSCOPE:
+                runner(state.settings, stack)
+        except InvalidInput as exc:
+            raise InvalidInput(exc.message, pointer=f"/stacks/{index}") from None
+    grammar, _ = await compile_grammar(state, engine, body.grammar)
+    tokens = engine.model.tokens
+    ids: list[int] = []
+    if body.text is not None or body.token_ids is not None:
+        ids = walked_ids(tokens, body.text, body.token_ids, state.settings.replay_token_cap)
+    serve = ServeFlags(
+        structured_outputs_config={"enable_in_reasoning": body.reasoning == "mask_everywhere"}
+    )
+    return await walks.walked(
+        state, state.pools.replays, "the diff", _diff, state, engine, grammar, body.stacks, ids,
+        serve,
+    )  # fmt: skip
+
+
+def _diff(
+    state: AppState,
+    engine: AnyEngine,
+    grammar: CompileResult,
+    stacks: list[str],
+    ids: list[int],
+    serve: ServeFlags,
+) -> UpgradeDiff:
+    tokens, tokenizer = engine.model.tokens, engine.tools.tokenizer
+    a, b = (
+        walk_under(state.settings, s, grammar, tokens, tokenizer=tokenizer, ids=ids, serve=serve)
+        for s in stacks
+    )
+    return compare_walks(a, b, tokens)

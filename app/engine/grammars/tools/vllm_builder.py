@@ -20,6 +20,7 @@ again of this process's xgrammar, and the two answers compared field by field.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -57,6 +58,15 @@ __all__ = ["RUNNER", "VllmBuilder", "build_message", "version_differences"]
 INSTALL_COMMAND = "make vllm-install"
 #: The versions a build reports (the libraries that made the tag).
 _BUILD_VERSIONS = ("vllm", "xgrammar")
+
+
+@functools.cache
+def _runner_code() -> str:
+    """A digest of the files the runner runs (``vllm_runner.py`` and what it imports beside it)."""
+    digest = hashlib.sha256()
+    for path in (RUNNER, RUNNER.with_name("vllm_masks.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 class VllmBuilder:
@@ -236,6 +246,8 @@ class VllmBuilder:
                 owned.kill()
 
     def _directory(self) -> Path:
+        # The runner's own code is in the key: a runner a previous Maskscope left warm is never
+        # handed requests (or fields) it was not written for.
         key = json.dumps(
             [
                 self.stack.name,
@@ -243,6 +255,7 @@ class VllmBuilder:
                 [str(p) for p in self.stack.paths],
                 self._settings.vllm_runner_memory_mb,
                 self._settings.stack_runner_idle_s,
+                _runner_code(),
             ]
         )
         name = f"{self.stack.name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"

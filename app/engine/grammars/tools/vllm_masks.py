@@ -134,16 +134,27 @@ def _library(request: Any) -> dict[str, str]:
     return {"library": dist, "version": version}
 
 
+def _grammar_text(grammar: Any, request: Any) -> str:
+    """The grammar the backend masks with, as that release's library prints it (xgrammar's EBNF
+    after its own rewriting), else the spec vLLM handed the backend (guidance)."""
+    compiled = getattr(grammar, "ctx", None)
+    if compiled is not None and hasattr(compiled, "grammar"):
+        return str(compiled.grammar)
+    key = request.structured_output_request.structured_output_key
+    return str(key[1])
+
+
 def replay(message: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
     """Walk ``message["token_ids"]`` through vLLM's scheduler-side masking, step by step.
 
     Returns:
         ``{"steps": [{"token_id", "allowed", "accepted", "allowed_count", "masked",
         "bitmask"?}], "refused_at", "terminated", "reasoning_end": {"index", "implicit"}|None,
-        "masked_reasoning_ends": [int], "mask_by": {"library", "version"}}``. ``allowed``: the
-        row lets the token through; ``accepted``: the grammar took it (``accept_tokens``);
-        ``masked``: the row is the grammar's (not the reasoning phase's). The walk stops at the
-        first token the row blocks or the grammar refuses.
+        "masked_reasoning_ends": [int], "mask_by": {"library", "version"}, "grammar_text"}``.
+        ``allowed``: the row lets the token through; ``accepted``: the grammar took it
+        (``accept_tokens``); ``masked``: the row is the grammar's (not the reasoning phase's);
+        ``grammar_text``: what the backend masks with. The walk stops at the first token the row
+        blocks or the grammar refuses.
     """
     vocab_size = int(message["vocab_size"])
     model_config = _model_config(vocab_size, message["tokenizer"])
@@ -210,6 +221,7 @@ def replay(message: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
         "masked_reasoning_ends": list(getattr(structured, "masked_reasoning_end_ids", None) or ()),
         "mask_by": _library(request),
         "reasoning_parser": message.get("reasoning_parser"),
+        "grammar_text": _grammar_text(grammar, request),
     }
 
 

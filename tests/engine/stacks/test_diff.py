@@ -1,0 +1,95 @@
+"""One source under two stacks (issue #40, the upgrade diff): the tags each real release builds
+compared by JSON pointer, and the first step of a walk where the rows they mask with differ."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from app.engine import Engine
+from app.engine.factories.tokenizer_only import open_tokenizer
+from app.engine.grammars.spec import CompileOptions, GrammarSpec
+from app.engine.stacks.diff import PointerDiff, compare_walks, pointer_diff, walk_under
+from app.settings import Settings
+from app.vocabulary import GrammarKind
+from tests.engine.stacks.test_stack_builds import SEARCH, _arrays
+
+#: GLM-4.7's call with the array parameter holding a Windows path as the model writes it: a
+#: raw backslash, which no JSON string takes (``\U``), and 0.34.0's raw text does.
+PATHS = "<tool_call>search<arg_key>paths</arg_key><arg_value>"
+CALL = PATHS + r'["C:\Users\ada"]</arg_value></tool_call>'
+GLM = json.dumps(
+    {"builder": "vllm", "format": "glm47", "tools": [SEARCH], "tool_choice": "required"}
+)
+
+
+@pytest.fixture(scope="module")
+def qwen(settings: Settings) -> Iterator[Engine[Any]]:
+    engine = open_tokenizer(settings, "qwen3.6")
+    assert engine is not None
+    yield engine
+    engine.close()
+
+
+def test_the_pointers_name_every_value_that_differs_and_nothing_else() -> None:
+    a = {"format": {"tags": [{"begin": "<a>", "end": "</a>"}], "x/y": 1, "same": [1, 2]}}
+    b = {"format": {"tags": [{"begin": "<b>", "end": "</a>"}, {"begin": "<c>"}], "x/y": True}}
+    b["format"]["same"] = [1, 2]
+    assert pointer_diff(a, b) == [
+        PointerDiff("/format/tags/0/begin", "<a>", "<b>"),
+        PointerDiff("/format/tags/1", None, {"begin": "<c>"}),
+        PointerDiff("/format/x~1y", 1, True),  # 1 == True in Python, not in JSON
+    ]
+    assert pointer_diff(a, a) == [] and pointer_diff(None, a) == [PointerDiff("", None, a)]
+
+
+def test_glm47_names_the_array_pointer_and_the_first_step_whose_masks_differ(
+    settings: Settings, qwen: Engine[Any]
+) -> None:
+    grammar = qwen.compile(GrammarSpec(GrammarKind.TOOLS, GLM, CompileOptions()))
+    tokens = qwen.model.tokens
+    ids = tokens.encode(CALL)
+    old, new = (
+        walk_under(settings, stack, grammar, tokens, tokenizer=qwen.tools.tokenizer, ids=ids)
+        for stack in ("vllm-0.32.0", "vllm-0.34.0")
+    )
+    diff = compare_walks(old, new, tokens)
+    assert diff.stacks == ("vllm-0.32.0", "vllm-0.34.0")
+    assert old.tag is not None
+    (array,) = _arrays(old.tag)  # 0.32.0 compiles the array as JSON, 0.34.0 keeps raw text
+    changed = {change.pointer for change in diff.tag_diff}
+    assert f"{array}/type" in changed and all(p.startswith(array) for p in changed)
+    assert "json_schema" in diff.grammar_diff or "array" in diff.grammar_diff
+    # The masks agree up to the token that closes ``<arg_value>``: there a token may run on
+    # into the value (``>[`` under both, ``>C`` under 0.34.0 only), and on inside it.
+    start = len(tokens.encode(PATHS))
+    assert ids[:start] == tokens.encode(PATHS) and tokens.text(ids[start - 1]).endswith(">")
+    assert diff.first_step == start - 1, [(s.index, s.token) for s in diff.steps]
+    assert [s.index for s in diff.steps[:2]] == [start - 1, start]
+    inside = diff.steps[1]
+    assert inside.only_b.count > inside.only_a.count == 0  # the raw text allows more than JSON
+    assert any(not e.lstrip().startswith("[") for e in inside.only_b.examples)
+    # 0.32.0 refuses the path's ``\U`` (no JSON escape); 0.34.0 takes the whole call
+    old_walk, new_walk = diff.walks
+    assert not old_walk.accepted and old_walk.rejection is not None
+    refused = old_walk.rejection.token_index
+    assert tokens.text(ids[refused - 1]).endswith("\\") and tokens.text(ids[refused])[0] == "U"
+    assert new_walk.accepted and new_walk.mask_by and new_walk.mask_by["stack"] == "vllm-0.34.0"
+    assert diff.to_dict()["first_step"] == start - 1
+
+
+def test_a_stack_against_itself_differs_nowhere(settings: Settings, qwen: Engine[Any]) -> None:
+    grammar = qwen.compile(GrammarSpec(GrammarKind.TOOLS, GLM, CompileOptions()))
+    tokens = qwen.model.tokens
+    ids = tokens.encode(CALL)
+    a, b = (
+        walk_under(settings, "vllm-0.34.0", grammar, tokens, tokenizer=qwen.tools.tokenizer,
+                   ids=ids)
+        for _ in range(2)
+    )  # fmt: skip
+    diff = compare_walks(a, b, tokens)
+    assert diff.tag_diff == () and diff.grammar_diff == "" and diff.first_step is None
+    assert a.grammar_text and all(t.bitmask is not None for t in a.result.tokens)

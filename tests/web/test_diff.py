@@ -1,0 +1,83 @@
+"""``POST /api/diff`` and ``python -m app diff`` (issue #40): one source under two real vLLM
+releases, on the request model's tokenizer (Qwen3.6)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.cli.main import main
+from app.engine import Engine
+from app.main import create_app
+from app.settings import Settings
+from tests.engine.stacks.test_diff import CALL, GLM
+from tests.web.test_tokenizer_models import loaded
+
+pytestmark = pytest.mark.server
+
+STACKS = ["vllm-0.32.0", "vllm-0.34.0"]
+
+
+@pytest.fixture(scope="module")
+def client(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    settings = Settings(db_path=tmp_path_factory.mktemp("diff") / "p.db", compile_workers=1)
+    with TestClient(create_app(settings, engine=engine)) as test_client:
+        loaded(test_client, "qwen3.6")
+        yield test_client
+
+
+def _diff(client: TestClient, **fields: Any) -> Any:
+    body = {"grammar": {"kind": "tools", "source": GLM}, "model": "qwen3.6", "stacks": STACKS}
+    return client.post("/api/diff", json=body | fields)
+
+
+def test_the_diff_names_the_pointer_and_the_first_step_whose_masks_differ(
+    client: TestClient,
+) -> None:
+    answer = _diff(client, text=CALL)
+    assert answer.status_code == 200, answer.text
+    diff = answer.json()
+    assert diff["stacks"] == STACKS and diff["doctor_diff"] is None
+    assert any(d["pointer"].endswith("/type") and d["a"] == "json_schema" for d in diff["tag_diff"])
+    assert diff["grammar_diff"].startswith("--- vllm-0.32.0\n+++ vllm-0.34.0\n")
+    first = diff["steps"][0]  # the token closing ``<arg_value>`` (see tests/engine/stacks)
+    assert diff["first_step"] == first["index"] and first["token"].endswith(">")
+    assert set(first) == {"index", "token_id", "token", "only_a", "only_b"}
+    assert first["only_b"]["count"] > 0 and first["only_b"]["examples"]
+    old, new = diff["walks"]
+    assert old["stack"] == "vllm-0.32.0" and old["refused_at"] is not None and not old["accepted"]
+    assert new["accepted"] and new["mask_by"]["stack"] == "vllm-0.34.0"
+
+
+def test_no_walk_still_compares_the_tags_and_grammars(client: TestClient) -> None:
+    diff = _diff(client).json()
+    assert diff["tag_diff"] and diff["steps"] == [] and diff["first_step"] is None
+
+
+def test_an_unknown_stack_is_named_by_its_pointer(client: TestClient) -> None:
+    answer = _diff(client, stacks=["vllm-0.32.0", "vllm-9.9.9"])
+    assert answer.status_code == 422
+    error = answer.json()["error"]
+    assert error["pointer"] == "/stacks/1" and "unknown stack 'vllm-9.9.9'" in error["message"]
+    assert _diff(client, stacks=["vllm-0.32.0"]).status_code == 422
+
+
+def test_the_command_line_prints_the_first_step_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "glm.tools.json"
+    source.write_text(GLM)
+    command = ["diff", "--stack", STACKS[0], "--stack", STACKS[1], "--schema", str(source),
+               "--kind", "tools", "--model", "qwen3.6", "--text", CALL]  # fmt: skip
+    assert main(command) == 1
+    out = capsys.readouterr().out
+    assert "A = vllm-0.32.0, B = vllm-0.34.0" in out and "the tags differ at" in out
+    assert "first step whose masks differ: " in out
+    assert main([*command, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["first_step"] is not None
+    assert main(["diff", "--stack", STACKS[0], "--schema", str(source), "--kind", "tools"]) == 2
