@@ -174,6 +174,7 @@ def test_p6_the_compile_options_sit_beside_the_kind_tabs(shared: Shared, live_se
     shot(page, "layout-1440x900")
     shown = ("#editor", "#tokens", "#timeline", ".timeline-legend", "#compile-result .stats")
     for selector in shown:
+        expect(page.locator(selector).first).to_be_visible()  # a panel redrawn after the step
         _in_view(page, selector)
 
 

@@ -3,13 +3,14 @@
 Run by ``tests.vllm_oracle.run_vllm`` (``.venv-vllm``'s Python, the stack's directories first on
 its path). Reads ``{"cases": [...]}`` on stdin; writes ``{"results": [...]}`` as its last line.
 Each case is ``{"tokenizer", "vocab_size", "format", "tools", "tool_choice", "reasoning_parser",
-"token_ids"}``. Written apart from the runner (``vllm_masks.py``) on purpose: no
-``StructuredOutputManager``, no ``Request``; the tool parser's ``adjust_request`` for the tag, an
-``XgrammarBackend`` compiling it, the reasoning parser's ``is_reasoning_end`` on the ids so far
-(its ``find_reasoning_end`` to tell an implicit end, whose token is content), ``fill_bitmask``
-once the reasoning is over, and while it lasts every token allowed but the release's
-``implicit_reasoning_end_token_ids`` the grammar cannot start with (none before 0.34.0, which
-has no such attribute).
+"token_ids"}``, or ``{"tokenizer", "vocab_size", "json_schema", "token_ids"}`` (a
+``response_format`` schema, masked from token 0). Written apart from the runner
+(``vllm_masks.py``) on purpose: no ``StructuredOutputManager``, no ``Request``; the tool
+parser's ``adjust_request`` for the tag, an ``XgrammarBackend`` compiling it, the reasoning
+parser's ``is_reasoning_end`` on the ids so far (its ``find_reasoning_end`` to tell an implicit
+end, whose token is content), ``fill_bitmask`` once the reasoning is over, and while it lasts
+every token allowed but the release's ``implicit_reasoning_end_token_ids`` the grammar cannot
+start with (none before 0.34.0, which has no such attribute).
 """
 
 import base64
@@ -52,23 +53,31 @@ def tag_of(case: dict[str, Any], tok: Any) -> str:
 
 def run(case: dict[str, Any]) -> dict[str, Any]:
     tok = get_tokenizer(case["tokenizer"])
-    tag = tag_of(case, tok)
     config = SimpleNamespace(
         structured_outputs_config=StructuredOutputsConfig(),
         model_config=SimpleNamespace(hf_config=SimpleNamespace(model_type="")),
         speculative_config=None,
     )
     backend = XgrammarBackend(config, tokenizer=tok, vocab_size=case["vocab_size"])
-    grammar = backend.compile_grammar(StructuredOutputOptions.STRUCTURAL_TAG, tag)
-    reasoner = ReasoningParserManager.get_reasoning_parser(case["reasoning_parser"])(tok)
-    implicit = sorted(getattr(reasoner, "implicit_reasoning_end_token_ids", ()))
-    blocked = [t for t in implicit if not grammar.validate_tokens([t])]
+    tag = None
+    if "json_schema" in case:
+        grammar = backend.compile_grammar(StructuredOutputOptions.JSON, case["json_schema"])
+    else:
+        tag = tag_of(case, tok)
+        grammar = backend.compile_grammar(StructuredOutputOptions.STRUCTURAL_TAG, tag)
+    reasoner = None
+    blocked: list[int] = []
+    if case.get("reasoning_parser"):
+        reasoner = ReasoningParserManager.get_reasoning_parser(case["reasoning_parser"])(tok)
+        implicit = sorted(getattr(reasoner, "implicit_reasoning_end_token_ids", ()))
+        blocked = [t for t in implicit if not grammar.validate_tokens([t])]
     bitmask = backend.allocate_token_bitmask(1)
     rows: list[str] = []
     seen: list[int] = []
     end: dict[str, Any] | None = None
     for token in case["token_ids"]:
-        if end is None:
+        reasoning = reasoner is not None and end is None
+        if reasoning:
             row = np.full(bitmask.shape[1], 0xFFFFFFFF, dtype=np.uint32)
             for b in blocked:
                 row[b >> 5] &= np.uint32(~(1 << (b & 31)) & 0xFFFFFFFF)
@@ -79,7 +88,7 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
         rows.append(base64.b64encode(row.tobytes()).decode())
         if not allowed:
             break
-        if end is None:
+        if reasoning:
             seen.append(token)
             if reasoner.is_reasoning_end(seen):
                 found = reasoner.find_reasoning_end([token])
@@ -88,7 +97,12 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
                     break
         elif not grammar.accept_tokens("oracle", [token]):
             break
-    return {"tag": json.loads(tag), "rows": rows, "reasoning_end": end, "blocked": blocked}
+    return {
+        "tag": None if tag is None else json.loads(tag),
+        "rows": rows,
+        "reasoning_end": end,
+        "blocked": blocked,
+    }
 
 
 def main() -> None:

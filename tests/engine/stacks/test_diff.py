@@ -3,6 +3,7 @@ compared by JSON pointer, and the first step of a walk where the rows they mask 
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,8 @@ from app.engine.stacks.diff import PointerDiff, compare_walks, pointer_diff, wal
 from app.settings import Settings
 from app.vocabulary import GrammarKind
 from tests.engine.stacks.test_stack_builds import SEARCH, _arrays
+from tests.engine.stacks.test_stack_replay import ORACLE
+from tests.vllm_oracle import run_vllm
 
 #: GLM-4.7's call with the array parameter holding a Windows path as the model writes it: a
 #: raw backslash, which no JSON string takes (``\U``), and 0.34.0's raw text does.
@@ -93,3 +96,41 @@ def test_a_stack_against_itself_differs_nowhere(settings: Settings, qwen: Engine
     diff = compare_walks(a, b, tokens)
     assert diff.tag_diff == () and diff.grammar_diff == "" and diff.first_step is None
     assert a.grammar_text and all(t.bitmask is not None for t in a.result.tokens)
+
+
+IM_END, TOOL_CALL = 248046, 248058  # Qwen3.6's: ``<|im_end|>`` flagged special, and ``<tool_call>``
+
+
+def _bit(row: bytes | None, token_id: int) -> bool:
+    assert row is not None
+    return bool(row[token_id >> 3] >> (token_id & 7) & 1)
+
+
+def test_inside_a_json_string_0_34_0_blocks_the_added_tokens_its_vocabulary_drops(
+    settings: Settings, qwen: Engine[Any]
+) -> None:
+    """A ``response_format`` schema on Qwen3.6: inside a JSON string, ``<|im_end|>`` is blocked
+    by both releases, ``<tool_call>`` allowed by 0.32.0 and blocked by 0.34.0 (its JSON masks are
+    built on a vocabulary without the added tokens flagged special). Each row equals the one the
+    oracle reads from that release's own ``XgrammarBackend``."""
+    schema = json.dumps({"type": "object", "properties": {"q": {"type": "string"}}})
+    grammar = qwen.compile(GrammarSpec(GrammarKind.JSON_SCHEMA, schema, CompileOptions()))
+    tokens = qwen.model.tokens
+    ids = tokens.encode('{"q": "a')
+    assert IM_END in tokens.special_ids and TOOL_CALL not in tokens.special_ids
+    walks = {}
+    for stack in ("vllm-0.32.0", "vllm-0.34.0"):
+        walks[stack] = walk_under(settings, stack, grammar, tokens, tokenizer=qwen.tools.tokenizer,
+                                  ids=ids)  # fmt: skip
+        case = {"tokenizer": qwen.tools.tokenizer, "vocab_size": tokens.vocab_size,
+                "json_schema": schema, "token_ids": ids}  # fmt: skip
+        (oracle,) = run_vllm(ORACLE.read_text(), {"cases": [case]}, stack=stack)["results"]
+        rows = [base64.b64encode(t.bitmask or b"").decode() for t in walks[stack].result.tokens]
+        assert rows == oracle["rows"], stack
+    old, new = (walks[s].result.tokens[-1].bitmask for s in ("vllm-0.32.0", "vllm-0.34.0"))
+    assert not _bit(old, IM_END) and not _bit(new, IM_END)
+    assert _bit(old, TOOL_CALL) and not _bit(new, TOOL_CALL)
+    diff = compare_walks(walks["vllm-0.32.0"], walks["vllm-0.34.0"], tokens)
+    assert diff.first_step == len(ids) - 1  # inside the string, and nowhere before
+    (inside,) = diff.steps
+    assert inside.only_a.count > 0 and inside.only_b.count == 0 and inside.only_a.examples
