@@ -65,7 +65,7 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
     else:
         tag = tag_of(case, tok)
         grammar = backend.compile_grammar(StructuredOutputOptions.STRUCTURAL_TAG, tag)
-    reasoner = None
+    reasoner: Any = None
     blocked: list[int] = []
     if case.get("reasoning_parser"):
         reasoner = ReasoningParserManager.get_reasoning_parser(case["reasoning_parser"])(tok)
