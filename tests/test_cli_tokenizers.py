@@ -74,13 +74,8 @@ def test_nothing_to_replay_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "give --text, --token-ids or --log" in capsys.readouterr().err
 
 
-def test_a_logged_batch_is_replayed_as_vllm_applied_it_after_the_reasoning(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """vLLM's qwen3_coder tag (its own code, .venv-vllm) with the qwen3 reasoning parser: under
-    mask_after_end the ids up to ``</think>`` are the reasoning, walked with no mask, as vLLM
-    walked them, and the blank line after it is refused: ``required`` wants ``<tool_call>`` at
-    once (vLLM PR #46272's failure); from token 0 (``none``) the tag refuses earlier."""
+def _qwen3_coder_required(tmp_path: Path) -> Path:
+    """vLLM's qwen3_coder tools source with the qwen3 reasoning parser, ``required``."""
     source = tmp_path / "tools.json"
     source.write_text(json.dumps({
         "builder": "vllm", "format": "qwen3_coder", "reasoning_parser": "qwen3",
@@ -88,6 +83,17 @@ def test_a_logged_batch_is_replayed_as_vllm_applied_it_after_the_reasoning(
             "name": "get_weather", "strict": True, "parameters": CITY}}],
         "tool_choice": "required",
     }))  # fmt: skip
+    return source
+
+
+def test_a_logged_batch_is_replayed_as_vllm_applied_it_after_the_reasoning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vLLM's qwen3_coder tag (its own code, .venv-vllm) with the qwen3 reasoning parser: under
+    mask_after_end the ids up to ``</think>`` are the reasoning, walked with no mask, as vLLM
+    walked them, and the blank line after it is refused: ``required`` wants ``<tool_call>`` at
+    once (vLLM PR #46272's failure); from token 0 (``none``) the tag refuses earlier."""
+    source = _qwen3_coder_required(tmp_path)
     base = ["replay", "--schema", str(source), "--kind", "tools", "--model", "qwen3.6",
             "--log", LOG, "--json"]  # fmt: skip
     main([*base, "--reasoning", "mask_after_end"])
@@ -109,13 +115,7 @@ def test_under_a_stack_the_reasoning_is_that_releases_parsers_and_the_refusal_na
     its runner: its qwen3 reasoning parser ends the reasoning at ``</think>`` (no
     ``--reasoning`` needed: the tools source names the parser), the blank line is refused, and
     the answer names the stack that filled the rows."""
-    source = tmp_path / "tools.json"
-    source.write_text(json.dumps({
-        "builder": "vllm", "format": "qwen3_coder", "reasoning_parser": "qwen3",
-        "tools": [{"type": "function", "function": {
-            "name": "get_weather", "strict": True, "parameters": CITY}}],
-        "tool_choice": "required",
-    }))  # fmt: skip
+    source = _qwen3_coder_required(tmp_path)
     base = ["replay", "--schema", str(source), "--kind", "tools", "--model", "qwen3.6",
             "--log", LOG, "--stack", "vllm-0.32.0"]  # fmt: skip
     assert main([*base, "--json"]) == 1

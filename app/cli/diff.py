@@ -46,29 +46,22 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"diff: give --stack twice (got {len(args.stack)})", file=sys.stderr)
         return 2
     from app.engine.stack_pins import ServeFlags
-    from app.engine.stacks.diff import compare_walks, walk_under
-    from app.engine.stepper.replay import walked_ids
+    from app.engine.stacks.diff import upgrade_diff
 
     token_ids = replayed_ids(args)
     spec = grammar_request(args, settings).spec
     engine = load_engine(args, settings)
     try:
-        grammar = engine.compile(spec)
-        tokens = engine.model.tokens
-        ids: list[int] = []
-        if args.text is not None or token_ids is not None:
-            ids = walked_ids(tokens, args.text, token_ids, settings.replay_token_cap)
-        serve = ServeFlags(
-            structured_outputs_config={"enable_in_reasoning": args.reasoning == "mask_everywhere"}
+        result = upgrade_diff(
+            settings,
+            args.stack,
+            engine.compile(spec),
+            engine.model.tokens,
+            tokenizer=engine.tools.tokenizer,
+            text=args.text,
+            token_ids=token_ids,
+            serve=ServeFlags.for_reasoning(args.reasoning),
         )
-        a, b = (
-            walk_under(
-                settings, stack, grammar, tokens, tokenizer=engine.tools.tokenizer, ids=ids,
-                serve=serve,
-            )
-            for stack in args.stack
-        )  # fmt: skip
-        result = compare_walks(a, b, tokens)
     finally:
         engine.close()
     print(json.dumps(result.to_dict()) if args.json else _text(result))

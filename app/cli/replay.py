@@ -115,18 +115,14 @@ def _on_stack(
     from app.engine.stacks import runner
     from app.engine.stacks.replay import ServeFlags, stack_replay
 
-    builder = runner(settings, args.stack)
-    serve = ServeFlags(
-        structured_outputs_config={"enable_in_reasoning": args.reasoning == "mask_everywhere"}
-    )
     return stack_replay(
-        builder,
+        runner(settings, args.stack),
         engine.compile(spec),
         engine.model.tokens,
         tokenizer=engine.tools.tokenizer,
         text=args.text,
         token_ids=token_ids or (),
-        serve=serve,
+        serve=ServeFlags.for_reasoning(args.reasoning),
     )
 
 

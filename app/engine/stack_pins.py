@@ -157,3 +157,11 @@ class ServeFlags:
     reasoning_parser: str | None = None
     structured_outputs_config: dict[str, Any] = field(default_factory=dict)
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def for_reasoning(cls, reasoning: str) -> ServeFlags:
+        """The flags a replay's ``reasoning`` setting names: ``mask_everywhere`` is vLLM's
+        ``enable_in_reasoning``."""
+        return cls(
+            structured_outputs_config={"enable_in_reasoning": reasoning == "mask_everywhere"}
+        )

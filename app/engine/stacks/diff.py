@@ -24,7 +24,7 @@ from app.engine.records import ReplayResult
 from app.engine.stack_pins import MASKSCOPE, ServeFlags
 from app.engine.stacks import runner
 from app.engine.stacks.replay import stack_walk
-from app.engine.stepper.replay import replay
+from app.engine.stepper.replay import replay, walked_ids
 from app.engine.tokens import Tokens
 from app.paths import escape_token
 from app.settings import Settings
@@ -37,6 +37,7 @@ __all__ = [
     "Walked",
     "compare_walks",
     "pointer_diff",
+    "upgrade_diff",
     "walk_under",
 ]
 
@@ -179,6 +180,35 @@ def walk_under(
         builder, grammar, tokens, tokenizer=tokenizer, ids=ids, bitmask_for=every, serve=serve
     )
     return Walked(stack, tag, walk.grammar_text, walk.result)
+
+
+def upgrade_diff(
+    settings: Settings,
+    stacks: Sequence[str],
+    grammar: CompileResult,
+    tokens: Tokens,
+    *,
+    tokenizer: str,
+    text: str | None = None,
+    token_ids: Sequence[int] | None = None,
+    serve: ServeFlags | None = None,
+) -> UpgradeDiff:
+    """``grammar`` under the two ``stacks`` (A then B), with ``text`` then ``token_ids`` walked
+    (neither given: the tags and grammars alone), compared (:func:`compare_walks`).
+
+    Raises:
+        InvalidInput: no such stack, or an id outside the vocabulary.
+        ReplayTooLong: more ids than a replay walks.
+        GrammarError: a stack refuses the request, or is unavailable.
+    """
+    ids: list[int] = []
+    if text is not None or token_ids is not None:
+        ids = walked_ids(tokens, text, token_ids, settings.replay_token_cap)
+    a, b = (
+        walk_under(settings, stack, grammar, tokens, tokenizer=tokenizer, ids=ids, serve=serve)
+        for stack in stacks
+    )
+    return compare_walks(a, b, tokens)
 
 
 def pointer_diff(a: Any, b: Any, at: str = "") -> list[PointerDiff]:

@@ -7,13 +7,11 @@ import dataclasses
 from typing import Any
 
 from app.engine import AnyEngine
-from app.engine.grammars.spec import CompileResult
 from app.engine.records import ReplayResult
 from app.engine.stack_pins import MASKSCOPE
 from app.engine.stacks import runner, stack_infos
-from app.engine.stacks.diff import UpgradeDiff, compare_walks, walk_under
+from app.engine.stacks.diff import UpgradeDiff, upgrade_diff
 from app.engine.stacks.replay import ServeFlags, stack_replay
-from app.engine.stepper.replay import walked_ids
 from app.exceptions import InvalidInput
 from app.web.runtime.state import AppState
 from app.web.schemas.bodies import DiffIn, ReplayIn
@@ -43,9 +41,7 @@ async def replay_on_stack(
     """
     builder = runner(state.settings, stack)
     grammar, _ = await compile_grammar(state, engine, body.grammar)
-    serve = ServeFlags(
-        structured_outputs_config={"enable_in_reasoning": body.reasoning == "mask_everywhere"}
-    )
+    serve = ServeFlags.for_reasoning(body.reasoning)
     return await walks.walked(
         state,
         state.pools.replays,
@@ -78,30 +74,17 @@ async def diff(state: AppState, engine: AnyEngine, body: DiffIn) -> UpgradeDiff:
         except InvalidInput as exc:
             raise InvalidInput(exc.message, pointer=f"/stacks/{index}") from None
     grammar, _ = await compile_grammar(state, engine, body.grammar)
-    tokens = engine.model.tokens
-    ids: list[int] = []
-    if body.text is not None or body.token_ids is not None:
-        ids = walked_ids(tokens, body.text, body.token_ids, state.settings.replay_token_cap)
-    serve = ServeFlags(
-        structured_outputs_config={"enable_in_reasoning": body.reasoning == "mask_everywhere"}
-    )
     return await walks.walked(
-        state, state.pools.replays, "the diff", _diff, state, engine, grammar, body.stacks, ids,
-        serve,
-    )  # fmt: skip
-
-
-def _diff(
-    state: AppState,
-    engine: AnyEngine,
-    grammar: CompileResult,
-    stacks: list[str],
-    ids: list[int],
-    serve: ServeFlags,
-) -> UpgradeDiff:
-    tokens, tokenizer = engine.model.tokens, engine.tools.tokenizer
-    a, b = (
-        walk_under(state.settings, s, grammar, tokens, tokenizer=tokenizer, ids=ids, serve=serve)
-        for s in stacks
+        state,
+        state.pools.replays,
+        "the diff",
+        upgrade_diff,
+        state.settings,
+        body.stacks,
+        grammar,
+        engine.model.tokens,
+        tokenizer=engine.tools.tokenizer,
+        text=body.text,
+        token_ids=body.token_ids,
+        serve=ServeFlags.for_reasoning(body.reasoning),
     )
-    return compare_walks(a, b, tokens)
