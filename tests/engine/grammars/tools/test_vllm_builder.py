@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -392,14 +393,31 @@ def test_the_runner_is_reused_and_restarted_when_it_dies(
     assert builder.runner_pid() not in (None, pid)
 
 
-def test_a_call_past_the_time_limit_stops_the_runner(tokenizers: dict[str, str]) -> None:
-    builder = VllmBuilder(
-        Settings(vllm_python=VLLM_PYTHON, vllm_timeout_s=0.01, stack_runner_dir=RUNNERS)
-    )
-    with pytest.raises(GrammarTooComplex, match="MASKSCOPE_VLLM_TIMEOUT_S"):
-        builder.build(ToolsRequest(builder="vllm", format="hermes", tools=tools(True)), "x")
-    assert builder.runner_pid() is None
-    builder.close()
+def test_a_call_past_the_time_limit_stops_the_runner(
+    tokenizers: dict[str, str], tmp_path: Path
+) -> None:
+    # Its own runner directory: the module's runner, stopped here, would be gone for the rest.
+    runners = tmp_path / "runners"
+    request = ToolsRequest(builder="vllm", format="hermes", tools=tools(True))
+    with VllmBuilder(
+        Settings(vllm_python=VLLM_PYTHON, vllm_timeout_s=600, stack_runner_dir=runners)
+    ) as started:
+        started.build(request, tokenizers["default"])
+        pid = started.runner_pid()
+        assert pid is not None
+        # The hello answers within 0.2 s; loading Qwen3.6's tokenizer for the build does not.
+        hasty = VllmBuilder(
+            Settings(vllm_python=VLLM_PYTHON, vllm_timeout_s=0.2, stack_runner_dir=runners)
+        )
+        with pytest.raises(GrammarTooComplex, match="did not answer.*MASKSCOPE_VLLM_TIMEOUT_S"):
+            hasty.build(request, tokenizers["qwen3.6"])
+        assert hasty.runner_pid() is None
+        hasty.close()
+        # The one runner it called was sent SIGKILL, which a moment later its starter reaps.
+        deadline = time.monotonic() + 10
+        while started.runner_pid() is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.runner_pid() is None
 
 
 def test_without_vllms_virtualenv_the_builder_is_listed_unavailable(tmp_path: Path) -> None:
