@@ -63,6 +63,7 @@ class SourceKind(StrEnum):
     REGEX = "regex"
     STRUCTURAL_TAG = "structural_tag"
     TOOLS = "tools"
+    REQUEST = "request"
 
     @property
     def label(self) -> str:
@@ -71,9 +72,9 @@ class SourceKind(StrEnum):
 
     @property
     def on_page(self) -> bool:
-        """Whether the page has a tab for the kind (every kind has one: a structural tag's tab
-        is where the Tools tab opens the tag it built)."""
-        return True
+        """Whether the page has a tab for the kind (a structural tag's tab is where the Tools
+        tab opens the tag it built; a pasted request is the API's and the CLI's for now)."""
+        return self is not SourceKind.REQUEST
 
 
 _SOURCE_KIND_LABELS = {
@@ -83,6 +84,7 @@ _SOURCE_KIND_LABELS = {
     SourceKind.REGEX: "Regex",
     SourceKind.STRUCTURAL_TAG: "Structural tag",
     SourceKind.TOOLS: "Tools",
+    SourceKind.REQUEST: "Request",
 }
 
 

@@ -237,6 +237,15 @@ def postgres_url(postgres: PostgresServer) -> str:
     return postgres.new_database()
 
 
+@pytest.fixture
+def runner_dir() -> Iterator[Path]:
+    """A directory for stack runners' sockets, short enough for a unix socket's path (108 bytes:
+    a test's ``tmp_path``, five directories deep, is not, once pytest's run count grows)."""
+    directory = Path(tempfile.mkdtemp(prefix="runners-"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def settings() -> Settings:
     """Settings from the environment (the model cache is shared with `make run`)."""

@@ -17,6 +17,7 @@ from app.settings import Settings
 if TYPE_CHECKING:
     from app.doctor import PydanticSource
     from app.engine import AnyEngine, GrammarSpec, MaskingLibrary, Validation
+    from app.engine.grammars.request import DerivedRequest
 
 __all__ = [
     "Command",
@@ -45,8 +46,9 @@ def add_grammar_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schema", required=True, type=Path, help="schema or grammar file")
     parser.add_argument(
         "--kind", choices=KINDS,
-        help="default: from the file's extension (a structural tag's or a tools source's .json "
-        "needs --kind structural_tag or --kind tools: they share the extension with a schema)",
+        help="default: from the file's extension (a structural tag's, a tools source's or a "
+        "pasted request's .json needs --kind structural_tag, tools or request: they share the "
+        "extension with a schema)",
     )  # fmt: skip
     parser.add_argument(
         "--preset", choices=PRESETS, default=vocabulary.Preset.MASKSCOPE.value,
@@ -110,11 +112,13 @@ class GrammarRequest:
         spec: what the engine compiles (a Pydantic source as its derived JSON Schema).
         pydantic: what the Doctor and the tests need of a Pydantic source (None for others).
         validate: validates one text with the Pydantic model itself (None for others).
+        request: what the stack derived from a pasted request (None for others).
     """
 
     spec: GrammarSpec
     pydantic: PydanticSource | None = None
     validate: Callable[[str], Validation] | None = None
+    request: DerivedRequest | None = None
 
 
 def grammar_request(args: argparse.Namespace, settings: Settings) -> GrammarRequest:
@@ -134,6 +138,9 @@ def grammar_request(args: argparse.Namespace, settings: Settings) -> GrammarRequ
     )  # fmt: skip
     if kind == "tools":
         return GrammarRequest(grammar.to_spec(_tools_source(source, settings)))
+    if kind == "request":
+        pasted = _derived(source, args, settings)
+        return GrammarRequest(grammar.to_spec(request=pasted), request=pasted)
     if kind != "pydantic":
         return GrammarRequest(grammar.to_spec())
     grammar.options.effective(args.engine)  # bad options are reported before the sandbox runs
@@ -146,6 +153,26 @@ def grammar_request(args: argparse.Namespace, settings: Settings) -> GrammarRequ
     validate_many = functools.partial(sandbox.validate_many, source, args.root_model)
     validate = functools.partial(sandbox.validate, source, args.root_model)
     return GrammarRequest(spec, PydanticSource(source, derived.root, validate_many), validate)
+
+
+def _derived(source: str, args: argparse.Namespace, settings: Settings) -> DerivedRequest:
+    """A request source as ``--stack`` (else the default vLLM stack) derives it on the
+    ``--model``'s tokenizer."""
+    from app.engine.grammars.request import parse_request
+    from app.engine.grammars.tools.vllm_builder import VllmBuilder
+    from app.engine.model.chat_templates import server_template
+    from app.engine.stacks import runner
+
+    parsed = parse_request(source)
+    stack = getattr(args, "stack", "maskscope")
+    builder = VllmBuilder(settings) if stack == "maskscope" else runner(settings, stack)
+    engine = load_engine(args, settings)  # its tokenizer, and its template
+    try:
+        shipped = getattr(getattr(engine.model, "spec", None), "tokenizer", None)
+        template = server_template(engine.model.tokens, shipped=shipped)
+        return builder.derive(parsed, engine.tools.tokenizer, template)
+    finally:
+        engine.close()
 
 
 def _tools_source(source: str, settings: Settings) -> str:

@@ -10,6 +10,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from app.cli.options import (
+    GrammarRequest,
     add_compare_argument,
     add_grammar_arguments,
     add_reasoning_argument,
@@ -20,7 +21,7 @@ from app.cli.options import (
 from app.settings import Settings
 
 if TYPE_CHECKING:
-    from app.engine import AnyEngine, GrammarSpec, ReplayResult
+    from app.engine import AnyEngine, ReplayResult
     from app.engine.records import Refusal
 
 __all__ = ["HELP", "NAME", "add_arguments", "replayed_ids", "run"]
@@ -85,11 +86,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     from app.vocabulary import ReasoningMode
 
-    spec = grammar_request(args, settings).spec
+    request = grammar_request(args, settings)
+    spec = request.spec
     engine = load_engine(args, settings)
     try:
         if args.stack != "maskscope":
-            result = _on_stack(args, settings, engine, spec, token_ids)
+            result = _on_stack(args, settings, engine, request, token_ids)
         else:
             result = engine.replay(
                 spec,
@@ -108,21 +110,26 @@ def _on_stack(
     args: argparse.Namespace,
     settings: Settings,
     engine: AnyEngine,
-    spec: GrammarSpec,
+    request: GrammarRequest,
     token_ids: list[int] | None,
 ) -> ReplayResult:
-    """The replay under ``--stack``: each row the one that release's own scheduler fills."""
+    """The replay under ``--stack``: each row the one that release's own scheduler fills (a
+    pasted request's under its own serve flags)."""
     from app.engine.stacks import runner
     from app.engine.stacks.replay import ServeFlags, stack_replay
 
+    derived = request.request
+    serve = (
+        derived.serve_flags(args.reasoning) if derived else ServeFlags.for_reasoning(args.reasoning)
+    )
     return stack_replay(
         runner(settings, args.stack),
-        engine.compile(spec),
+        engine.compile(request.spec),
         engine.model.tokens,
         tokenizer=engine.tools.tokenizer,
         text=args.text,
         token_ids=token_ids or (),
-        serve=ServeFlags.for_reasoning(args.reasoning),
+        serve=serve,
     )
 
 

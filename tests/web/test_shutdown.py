@@ -150,11 +150,13 @@ def _runners(directory: Path) -> set[int]:
     return found
 
 
-def test_sigterm_stops_the_stack_runners_the_server_started(tmp_path: Path) -> None:
-    runners = tmp_path / "runners"  # this server's alone: no other process's runner is reused
+def test_sigterm_stops_the_stack_runners_the_server_started(
+    tmp_path: Path, runner_dir: Path
+) -> None:
+    # this server's runners alone: no other process's runner is reused
     env = {
         "MASKSCOPE_DB_PATH": str(tmp_path / "p.sqlite"),
-        "MASKSCOPE_STACK_RUNNER_DIR": str(runners),
+        "MASKSCOPE_STACK_RUNNER_DIR": str(runner_dir),
     }
     app = AppProcess("sigterm-stacks", port=free_port(), env=env)
     app.start()
@@ -169,12 +171,12 @@ def test_sigterm_stops_the_stack_runners_the_server_started(tmp_path: Path) -> N
             time.sleep(0.5)
         assert answer.status_code == 200, answer.text
         assert answer.json()["mask_by"]["stack"] == "vllm-0.34.0"
-        assert _runners(runners), "the replay ran in no runner of this server's"
+        assert _runners(runner_dir), "the replay ran in no runner of this server's"
         app.terminate()
         app.wait(timeout_s=30)
     finally:
         app.stop()
     deadline = time.monotonic() + 10
-    while _runners(runners) and time.monotonic() < deadline:
+    while _runners(runner_dir) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _runners(runners), "a runner outlived the server that started it"
+    assert not _runners(runner_dir), "a runner outlived the server that started it"

@@ -28,6 +28,7 @@ __all__ = [
     "Rendered",
     "option_counts",
     "render",
+    "server_template",
     "template_for",
 ]
 
@@ -130,6 +131,18 @@ def template_for(
         "the model's tokenizer has no chat template: paste one in chat_template",
         pointer="/chat_template",
     )
+
+
+def server_template(tokens: Tokens, *, shipped: str | None = None) -> str | None:
+    """The ``--chat-template`` a server of this model is started with: none when the tokenizer
+    has its own (vLLM picks it), else a shipped tokenizer's published template, else none (the
+    stack's renderer then says what is missing)."""
+    if getattr(tokens.tokenizer, "chat_template", None):
+        return None
+    try:
+        return template_for(tokens, shipped=shipped).text
+    except InvalidInput:
+        return None
 
 
 def render(

@@ -32,6 +32,7 @@ from app.engine import (
     with_schema,
 )
 from app.engine.grammars.reasoning import REASONING_HELP, ReasoningName
+from app.engine.grammars.request import DerivedRequest
 from app.engine.stack_pins import MASKSCOPE, NAME_PATTERN
 from app.engine.stepper.stops import MAX_STOP_CHARS, MAX_STOP_STRINGS, EndRules
 from app.engine.vllm_log import parse_log_line
@@ -129,18 +130,24 @@ class GrammarIn(Strict):
                 pointer="/grammar/source",
             )
 
-    def to_spec(self, json_schema: str | None = None) -> GrammarSpec:
+    def to_spec(
+        self, json_schema: str | None = None, request: DerivedRequest | None = None
+    ) -> GrammarSpec:
         """The engine's grammar spec; a Pydantic source compiles as its derived ``json_schema``,
-        a tools source as ``json_schema`` when given (the source with its ``$model`` derived)."""
+        a tools source as ``json_schema`` when given (the source with its ``$model`` derived), a
+        request source as the grammar its stack derived (``request``)."""
         options, library = self.options.effective(self.engine), MaskingLibrary(self.engine)
         if self.kind == "pydantic":
             assert json_schema is not None
             return GrammarSpec(GrammarKind.JSON_SCHEMA, json_schema, options, library)
-        source = self.source
-        if self.kind in ("structural_tag", "tools"):  # no options: one cache entry whatever
+        kind, source = self.kind, self.source
+        if kind == "request":
+            assert request is not None
+            kind, source = request.kind.value, request.source
+        if kind in ("structural_tag", "tools"):  # no options: one cache entry whatever
             options = CompileOptions()
-            source = json_schema if json_schema is not None else self.source
-        return GrammarSpec(GrammarKind(self.kind), source, options, library)
+            source = json_schema if json_schema is not None else source
+        return GrammarSpec(GrammarKind(kind), source, options, library)
 
 
 class CompileIn(GrammarIn):

@@ -21,13 +21,16 @@ from app.engine import (
     Validation,
 )
 from app.engine.grammars.reasoning import ReasoningMode
+from app.engine.grammars.request import DerivedRequest
+from app.engine.stack_pins import MASKSCOPE
 from app.exceptions import InvalidInput, RunInProgress
 from app.sandbox.sandbox import PydanticSchema
+from app.settings import LOCAL_MODEL_ID
 from app.web.middleware.clients import current_client
 from app.web.runtime.sessions import SessionHandle
 from app.web.runtime.state import AppState
 from app.web.schemas.bodies import GrammarIn, ReplayIn, SessionIn
-from app.web.services import walks
+from app.web.services import request_source, walks
 from app.web.services.leaving import unless_left
 from app.web.services.tools import tools_answer, tools_source
 
@@ -56,11 +59,20 @@ class Resolved:
 
     spec: GrammarSpec
     pydantic: PydanticSchema | None = None
+    request: DerivedRequest | None = None
 
 
-async def resolve(state: AppState, grammar: GrammarIn) -> Resolved:
-    """The engine's spec for a grammar request (a Pydantic source becomes its JSON Schema)."""
+async def resolve(
+    state: AppState, grammar: GrammarIn, engine: AnyEngine | None = None, stack: str = MASKSCOPE
+) -> Resolved:
+    """The engine's spec for a grammar request (a Pydantic source becomes its JSON Schema; a
+    pasted request, the grammar ``stack`` derives from it on ``engine``'s tokenizer, by default
+    the local model's)."""
     grammar.check_size(state.settings)
+    if grammar.kind == "request":
+        engine = engine if engine is not None else state.engine_for(LOCAL_MODEL_ID)
+        request = await request_source.derive(state, engine, grammar.source, stack)
+        return Resolved(grammar.to_spec(request=request), request=request)
     if grammar.kind == "tools":  # its $model parameters derived in the sandbox
         return Resolved(grammar.to_spec(await tools_source(state, grammar.source)))
     if grammar.kind != "pydantic":
@@ -82,10 +94,11 @@ async def compiled(state: AppState, engine: AnyEngine, spec: GrammarSpec) -> Com
 
 
 async def compile_grammar(
-    state: AppState, engine: AnyEngine, grammar: GrammarIn
+    state: AppState, engine: AnyEngine, grammar: GrammarIn, stack: str = MASKSCOPE
 ) -> tuple[CompileResult, Resolved]:
-    """Compile off the event loop (the compile itself runs in a worker process)."""
-    resolved = await resolve(state, grammar)
+    """Compile off the event loop (the compile itself runs in a worker process); a pasted
+    request is derived by ``stack``'s code."""
+    resolved = await resolve(state, grammar, engine, stack)
     return await compiled(state, engine, resolved.spec), resolved
 
 
@@ -122,6 +135,8 @@ def compile_answer(result: CompileResult, grammar: GrammarIn, resolved: Resolved
     }
     if result.spec.library is MaskingLibrary.LLGUIDANCE or result.not_carried:
         answer["not_carried"] = list(result.not_carried)
+    if resolved.request is not None:
+        answer["derived"] = resolved.request.to_dict()
     return answer | tools_answer(result)
 
 
@@ -129,7 +144,7 @@ async def create_session(state: AppState, body: SessionIn) -> SessionHandle:
     """Compile, render the prompt and register a new session on the model the body names."""
     body.check_size(state.settings)
     engine = state.engine_for(body.model)
-    resolved = await resolve(state, body.grammar)
+    resolved = await resolve(state, body.grammar, engine)
     grammar = await compiled(state, engine, resolved.spec)
     compare = await compiled_follower(state, engine, resolved.spec, body.compare)
     sampling = SamplingParams.create(

@@ -58,7 +58,7 @@ async def examine(
             fixed count, so only load takes it there): a 503, never ``grammar_too_complex``.
         RequestEnded: the client left; the examination was stopped.
     """
-    resolved = await actions.resolve(state, body.grammar)
+    resolved = await actions.resolve(state, body.grammar, engine)
     pydantic = None
     if resolved.pydantic is not None:
         source, root_model = body.grammar.source, body.grammar.options.root_model

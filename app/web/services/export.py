@@ -54,7 +54,7 @@ async def export_request(
         prompt_text: the prompt a live session rendered.
     """
     engine = state.engine_for(body.model)
-    resolved = await actions.resolve(state, body.grammar)
+    resolved = await actions.resolve(state, body.grammar, engine)
     spec = resolved.spec
     messages = body.chat_messages(spec) if body.raw_prompt is None else []
     if prompt_text is None and messages:

@@ -40,8 +40,12 @@ async def replay_on_stack(
         GrammarError: the stack refuses the request, or is unavailable (its reason).
     """
     builder = runner(state.settings, stack)
-    grammar, _ = await compile_grammar(state, engine, body.grammar)
-    serve = ServeFlags.for_reasoning(body.reasoning)
+    grammar, resolved = await compile_grammar(state, engine, body.grammar, stack)
+    # a pasted request is replayed under its own serve flags
+    request = resolved.request
+    serve = (
+        request.serve_flags(body.reasoning) if request else ServeFlags.for_reasoning(body.reasoning)
+    )
     return await walks.walked(
         state,
         state.pools.replays,

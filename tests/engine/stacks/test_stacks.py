@@ -32,13 +32,12 @@ print(json.dumps({"vllm": vllm.__version__, **{n: importlib.metadata.version(n) 
 
 
 @pytest.fixture
-def runners(tmp_path: Path) -> Iterator[Path]:
+def runners(runner_dir: Path) -> Iterator[Path]:
     assert VLLM_PYTHON.exists(), f"{VLLM_PYTHON} is missing: run `make vllm-install`"
     assert STACK_PATHS["vllm-0.34.0"][0].is_dir(), "vLLM 0.34.0 is missing: run `make stacks`"
-    directory = tmp_path / "runners"
-    yield directory
+    yield runner_dir
     close_runners()
-    for socket_dir in directory.glob("*") if directory.is_dir() else ():
+    for socket_dir in runner_dir.glob("*"):
         found = SocketRunner.attach(socket_dir, 60)
         if found is not None:  # a CLI call's runner: it outlives the call, by design
             found.kill()

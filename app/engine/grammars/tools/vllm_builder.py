@@ -30,6 +30,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from app.engine.grammars.request import DerivedRequest, RequestSource, derived_request
 from app.engine.grammars.tools.base import BuilderName, ToolFormat, ToolsBuild, ToolsRequest
 from app.engine.grammars.tools.vllm_process import (
     RUNNER,
@@ -199,6 +200,34 @@ class VllmBuilder:
             builder_versions=dict(versions),
             notes=tuple(notes),
         )
+
+    def derive(
+        self, source: RequestSource, tokenizer: str, chat_template: str | None = None
+    ) -> DerivedRequest:
+        """What this stack's server makes of a pasted request on ``tokenizer``: the prompt, the
+        grammar its engine masks with, the reasoning end and the end of generation.
+
+        Args:
+            source: the request source (its ``chat_template``, when given, is the one used).
+            tokenizer: a directory or hub id that vLLM's tokenizer loader opens.
+            chat_template: the server's ``--chat-template`` when the source gives none.
+
+        Raises:
+            GrammarError: vLLM refuses the request or a serve flag (pointed into the source),
+                nothing is constrained, or the stack is unavailable.
+            GrammarTooComplex: its code ran past ``vllm_timeout_s``.
+        """
+        if not self.installed:
+            raise GrammarError(f"the stack is unavailable: {self._not_installed()}")
+        message = {
+            "op": "derive",
+            "tokenizer": tokenizer,
+            "body": source.body,
+            "serve": source.serve,
+            "chat_template": source.chat_template or chat_template,
+        }
+        answer, versions = self._call(source.serve.get("strict_tool_calling"), message, tokenizer)
+        return derived_request(answer, self.stack.name, versions, source)
 
     def replay(
         self, message: dict[str, Any], tokenizer: str, strict: bool | None = None

@@ -15,6 +15,10 @@ answered under; null: unset, vLLM's default):
   "reasoning_parser": str|None, "response_format": dict|None}`` -> ``{"tag": dict|None,
   "reason": str|None, "reasoning_end": str|None, "reasoning_end_unavailable": str|None,
   "xgrammar_calls": [{"kwargs", "tag"}]}``.
+- ``{"op": "derive", "tokenizer": str, "body": dict, "serve": {"tool_call_parser"?,
+  "reasoning_parser"?, "tool_strict_level"?}, "chat_template": str|None}`` -> ``{"prompt",
+  "prompt_tokens", "constraint": {field: value}|None, "reasoning_end", "min_tokens",
+  "stop_token_ids", "stop", ...}``: a pasted Chat Completions request as the server takes it.
 
 An answer that failed is ``{"error": {"message", "type", "loc"}}`` (``type`` ``"memory"``: the
 request needed more than the cap, even with the tokenizers forgotten). The request goes through
@@ -280,6 +284,25 @@ def build(message: dict[str, Any]) -> dict[str, Any]:
     request = _chat_request(message)
     # What the server passes its parsers: the request's chat template kwargs, as it builds them.
     template_kwargs = request.build_chat_params(None, "auto").chat_template_kwargs
+    request, parser_cls, reasoning = _adjusted(message, request, tokenizer, template_kwargs)
+    outputs = request.structured_outputs
+    tag = json.loads(outputs.structural_tag) if outputs and outputs.structural_tag else None
+    return {
+        "tag": tag,
+        "reason": None if tag is not None else _no_tag_reason(message, parser_cls, outputs),
+        **reasoning,
+        "xgrammar_calls": list(_XGRAMMAR_CALLS),
+        "constraint": _constraint(outputs),
+        "chat_template_kwargs": _jsonable(dict(template_kwargs or {})),
+    }
+
+
+def _adjusted(
+    message: dict[str, Any], request: Any, tokenizer: Any, template_kwargs: Any
+) -> tuple[Any, Any, dict[str, Any]]:
+    """``request`` as the server's parsers adjust it (``message``: the tool parser ``format``,
+    ``reasoning_parser``, ``strict_level``, ``tokenizer``), the parser class, and the reasoning
+    parser's end marker (or why there is none)."""
     reasoning_parser = message.get("reasoning_parser")
     reasoning_end, unavailable = None, None
     if reasoning_parser:
@@ -304,17 +327,126 @@ def build(message: dict[str, Any]) -> dict[str, Any]:
             raise _refused(error) from None
         except (TypeError, ValueError) as error:
             raise _Refused(f"vLLM refuses the request: {error}") from None
-    outputs = request.structured_outputs
-    tag = json.loads(outputs.structural_tag) if outputs and outputs.structural_tag else None
+    reasoning = {"reasoning_end": reasoning_end, "reasoning_end_unavailable": unavailable}
+    return request, parser_cls, reasoning
+
+
+#: The build message's fields that are serve flags, by the request source's names for them.
+_SERVE_FLAG = {
+    "format": "tool_call_parser",
+    "strict_level": "tool_strict_level",
+    "reasoning_parser": "reasoning_parser",
+}
+
+
+def derive(message: dict[str, Any]) -> dict[str, Any]:
+    """What vLLM's server makes of a pasted Chat Completions request (``message["body"]``)
+    under its ``vllm serve`` flags (``message["serve"]``): the prompt its chat template renders,
+    the constraint the engine is handed (``to_sampling_params``' structured outputs), the
+    reasoning parser's end marker, and the end of generation."""
+    tokenizer = _tokenizer(message["tokenizer"])
+    serve = message.get("serve") or {}
+    body = {"model": "maskscope", **message["body"]}
+    try:
+        request = ChatCompletionRequest.model_validate(body)
+    except ValidationError as error:
+        first = error.errors()[0]
+        loc = ["body", *(part for part in first["loc"] if isinstance(part, (str, int)))]
+        raise _Refused(f"vLLM refuses the request: {first['msg']}", loc) from None
+    except VLLMValidationError as error:
+        refused = _refused(error)
+        raise _Refused(str(refused), ["body", *refused.loc]) from None
+    params = request.build_chat_params(message.get("chat_template"), "auto")
+    reasoning: dict[str, Any] = {"reasoning_end": None, "reasoning_end_unavailable": None}
+    parser = serve.get("tool_call_parser")
+    if parser:
+        flags = {
+            "format": parser,
+            "tokenizer": message["tokenizer"],
+            "strict_level": serve.get("tool_strict_level"),
+            "reasoning_parser": serve.get("reasoning_parser"),
+        }
+        try:
+            kwargs = params.chat_template_kwargs
+            request, _, reasoning = _adjusted(flags, request, tokenizer, kwargs)
+        except _Refused as error:
+            head = error.loc[0] if error.loc else None
+            loc = ["serve", _SERVE_FLAG[head]] if head in _SERVE_FLAG else ["body", *error.loc]
+            raise _Refused(str(error), loc) from None
+    elif serve.get("reasoning_parser"):
+        name = serve["reasoning_parser"]
+        if name not in _reasoning_parser_names():
+            raise _Refused(f"vLLM has no reasoning parser {name!r}", ["serve", "reasoning_parser"])
+        end, why = _reasoning_end(name, tokenizer, params.chat_template_kwargs)
+        reasoning = {"reasoning_end": end, "reasoning_end_unavailable": why or None}
+    prompt = _rendered(request, params, tokenizer, message["tokenizer"])
+    constraint = _constraint(request.extract_structured_outputs())
     return {
-        "tag": tag,
-        "reason": None if tag is not None else _no_tag_reason(message, parser_cls, outputs),
-        "reasoning_end": reasoning_end,
-        "reasoning_end_unavailable": unavailable,
-        "xgrammar_calls": list(_XGRAMMAR_CALLS),
-        "constraint": _constraint(outputs),
-        "chat_template_kwargs": _jsonable(dict(template_kwargs or {})),
+        "prompt": prompt,
+        "prompt_tokens": len(tokenizer.encode(prompt, add_special_tokens=False)),
+        "constraint": constraint,
+        "as_grammar": _as_grammar(constraint),
+        **reasoning,
+        "min_tokens": request.min_tokens,
+        "stop_token_ids": list(request.stop_token_ids or []),
+        "stop": [request.stop] if isinstance(request.stop, str) else list(request.stop or []),
+        "chat_template_kwargs": _jsonable(dict(params.chat_template_kwargs or {})),
     }
+
+
+def _as_grammar(constraint: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A ``choice`` or ``grammar`` constraint as the xgrammar backend reads it: the choices as
+    its EBNF (``choice_as_grammar``), and whether a grammar is Lark (``grammar_is_likely_lark``)."""
+    from vllm.v1.structured_output.utils import choice_as_grammar, grammar_is_likely_lark
+
+    if constraint is None:
+        return None
+    if "choice" in constraint:
+        return {"ebnf": choice_as_grammar(constraint["choice"])}
+    if "grammar" in constraint:
+        lark = grammar_is_likely_lark(constraint["grammar"])
+        return {"lark" if lark else "ebnf": constraint["grammar"]}
+    return None
+
+
+def _rendered(request: Any, params: Any, tokenizer: Any, path: str) -> str:
+    """The prompt vLLM's chat renderer makes of the request's messages and tools."""
+    from types import SimpleNamespace
+
+    from vllm.renderers.hf import safe_apply_chat_template
+
+    model_type = None
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as file:
+            model_type = json.load(file).get("model_type")
+    except (OSError, ValueError):
+        pass
+    # The model settings the renderer reads when it looks for a template (the tokenizer's
+    # directory is the model's: no revision, no remote code).
+    config = SimpleNamespace(
+        tokenizer=path,
+        model=path,
+        tokenizer_revision=None,
+        code_revision=None,
+        trust_remote_code=False,
+        hf_config=SimpleNamespace(model_type=model_type),
+    )
+    messages = [m if isinstance(m, dict) else _jsonable(m) for m in request.messages]
+    tools = None if request.tools is None else [tool.model_dump() for tool in request.tools]
+    try:
+        text = safe_apply_chat_template(
+            config,
+            tokenizer,
+            messages,
+            tools=tools,
+            chat_template=params.chat_template,
+            tokenize=False,
+            **dict(params.chat_template_kwargs or {}),  # add_generation_prompt among them
+        )
+    except Exception as error:  # a template's own error (or none found), shown to its author
+        where: list[str | int] = ["chat_template"] if params.chat_template else ["body", "messages"]
+        raise _Refused(f"vLLM's chat renderer refuses the request: {error}", where) from None
+    return str(text)
 
 
 #: The fields of vLLM's StructuredOutputsParams that hold a constraint.
@@ -391,6 +523,8 @@ def _answer_once(message: dict[str, Any]) -> dict[str, Any]:
             return formats(message["tokenizer"])
         if message.get("op") == "build":
             return build(message)
+        if message.get("op") == "derive":
+            return derive(message)
         if message.get("op") == "replay":
             return _replay(message)
         if message.get("op") == "hello":

@@ -394,20 +394,19 @@ def test_the_runner_is_reused_and_restarted_when_it_dies(
 
 
 def test_a_call_past_the_time_limit_stops_the_runner(
-    tokenizers: dict[str, str], tmp_path: Path
+    tokenizers: dict[str, str], runner_dir: Path
 ) -> None:
     # Its own runner directory: the module's runner, stopped here, would be gone for the rest.
-    runners = tmp_path / "runners"
     request = ToolsRequest(builder="vllm", format="hermes", tools=tools(True))
     with VllmBuilder(
-        Settings(vllm_python=VLLM_PYTHON, vllm_timeout_s=600, stack_runner_dir=runners)
+        Settings(vllm_python=VLLM_PYTHON, vllm_timeout_s=600, stack_runner_dir=runner_dir)
     ) as started:
         started.build(request, tokenizers["default"])
         pid = started.runner_pid()
         assert pid is not None
         # The hello answers within 0.2 s; loading Qwen3.6's tokenizer for the build does not.
         hasty = VllmBuilder(
-            Settings(vllm_python=VLLM_PYTHON, vllm_timeout_s=0.2, stack_runner_dir=runners)
+            Settings(vllm_python=VLLM_PYTHON, vllm_timeout_s=0.2, stack_runner_dir=runner_dir)
         )
         with pytest.raises(GrammarTooComplex, match="did not answer.*MASKSCOPE_VLLM_TIMEOUT_S"):
             hasty.build(request, tokenizers["qwen3.6"])
@@ -428,11 +427,13 @@ def test_without_vllms_virtualenv_the_builder_is_listed_unavailable(tmp_path: Pa
         builder.build(ToolsRequest(builder="vllm", format="hermes", tools=tools(True)), "x")
 
 
-def test_a_virtualenv_that_does_not_run_is_listed_unavailable_too(tmp_path: Path) -> None:
+def test_a_virtualenv_that_does_not_run_is_listed_unavailable_too(
+    tmp_path: Path, runner_dir: Path
+) -> None:
     broken = tmp_path / "python"
     broken.write_text("#!/bin/sh\necho 'vLLM is broken here' >&2\nexit 3\n")
     broken.chmod(0o755)
-    builder = VllmBuilder(Settings(vllm_python=broken, stack_runner_dir=tmp_path / "runners"))
+    builder = VllmBuilder(Settings(vllm_python=broken, stack_runner_dir=runner_dir))
     (only,) = builder.formats(tokenizer="x")
     assert not only.available and only.reason and "vLLM is broken here" in only.reason
     with pytest.raises(GrammarError, match="vLLM is broken here"):
