@@ -12,6 +12,7 @@ from app.cli.options import (
     add_grammar_arguments,
     add_reasoning_argument,
     grammar_request,
+    kind_of,
     load_engine,
 )
 from app.cli.replay import replayed_ids
@@ -49,18 +50,29 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from app.engine.stacks.diff import upgrade_diff
 
     token_ids = replayed_ids(args)
-    spec = grammar_request(args, settings).spec
+    if kind_of(args) == "request":  # derived by each stack's own code
+        requests = [
+            grammar_request(argparse.Namespace(**{**vars(args), "stack": stack}), settings)
+            for stack in args.stack
+        ]
+    else:
+        requests = [grammar_request(args, settings)] * 2
     engine = load_engine(args, settings)
     try:
         result = upgrade_diff(
             settings,
             args.stack,
-            engine.compile(spec),
+            [engine.compile(request.spec) for request in requests],
             engine.model.tokens,
             tokenizer=engine.tools.tokenizer,
             text=args.text,
             token_ids=token_ids,
-            serve=ServeFlags.for_reasoning(args.reasoning),
+            serve=[
+                request.request.serve_flags(args.reasoning)
+                if request.request
+                else ServeFlags.for_reasoning(args.reasoning)
+                for request in requests
+            ],
         )
     finally:
         engine.close()

@@ -16,11 +16,20 @@ from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
 from tests.engine.stacks.test_diff import CALL, GLM
+from tests.engine.stacks.test_stack_builds import SEARCH
 from tests.web.test_tokenizer_models import loaded
 
 pytestmark = pytest.mark.server
 
 STACKS = ["vllm-0.32.0", "vllm-0.34.0"]
+#: GLM's tools source as the request a team sent to `vllm serve --tool-call-parser glm47`.
+GLM_REQUEST = json.dumps(
+    {
+        "body": {"messages": [{"role": "user", "content": "find"}], "tools": [SEARCH],
+                 "tool_choice": "required"},
+        "serve": {"tool_call_parser": "glm47"},
+    }
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +63,18 @@ def test_the_diff_names_the_pointer_and_the_first_step_whose_masks_differ(
     assert new["accepted"] and new["mask_by"]["stack"] == "vllm-0.34.0"
 
 
+def test_a_pasted_request_is_derived_by_each_release_before_the_two_are_compared(
+    client: TestClient,
+) -> None:
+    grammar = {"kind": "request", "source": GLM_REQUEST}
+    answer = _diff(client, grammar=grammar, text=CALL)
+    assert answer.status_code == 200, answer.text
+    diff = answer.json()
+    # 0.34.0's own builder keeps the array as raw text, where 0.32.0's compiles it as JSON
+    assert any(d["pointer"].endswith("/type") and d["a"] == "json_schema" for d in diff["tag_diff"])
+    assert diff["first_step"] is not None
+
+
 def test_no_walk_still_compares_the_tags_and_grammars(client: TestClient) -> None:
     diff = _diff(client).json()
     assert diff["tag_diff"] and diff["steps"] == [] and diff["first_step"] is None
@@ -81,3 +102,14 @@ def test_the_command_line_prints_the_first_step_and_exits_1(
     assert main([*command, "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["first_step"] is not None
     assert main(["diff", "--stack", STACKS[0], "--schema", str(source), "--kind", "tools"]) == 2
+
+
+def test_the_command_line_derives_a_pasted_request_under_each_stack(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "glm.request.json"
+    source.write_text(GLM_REQUEST)
+    command = ["diff", "--stack", STACKS[0], "--stack", STACKS[1], "--schema", str(source),
+               "--kind", "request", "--model", "qwen3.6", "--text", CALL]  # fmt: skip
+    assert main(command) == 1
+    assert "the tags differ at" in capsys.readouterr().out

@@ -185,16 +185,19 @@ def walk_under(
 def upgrade_diff(
     settings: Settings,
     stacks: Sequence[str],
-    grammar: CompileResult,
+    grammar: CompileResult | Sequence[CompileResult],
     tokens: Tokens,
     *,
     tokenizer: str,
     text: str | None = None,
     token_ids: Sequence[int] | None = None,
-    serve: ServeFlags | None = None,
+    serve: ServeFlags | None | Sequence[ServeFlags | None] = None,
 ) -> UpgradeDiff:
     """``grammar`` under the two ``stacks`` (A then B), with ``text`` then ``token_ids`` walked
     (neither given: the tags and grammars alone), compared (:func:`compare_walks`).
+
+    ``grammar`` and ``serve`` are one for both stacks, or one per stack (a pasted request, which
+    each stack derives with its own code).
 
     Raises:
         InvalidInput: no such stack, or an id outside the vocabulary.
@@ -204,9 +207,11 @@ def upgrade_diff(
     ids: list[int] = []
     if text is not None or token_ids is not None:
         ids = walked_ids(tokens, text, token_ids, settings.replay_token_cap)
+    grammars = grammar if isinstance(grammar, Sequence) else [grammar] * len(stacks)
+    serves = serve if isinstance(serve, Sequence) else [serve] * len(stacks)
     a, b = (
-        walk_under(settings, stack, grammar, tokens, tokenizer=tokenizer, ids=ids, serve=serve)
-        for stack in stacks
+        walk_under(settings, stack, each, tokens, tokenizer=tokenizer, ids=ids, serve=flags)
+        for stack, each, flags in zip(stacks, grammars, serves, strict=True)
     )
     return compare_walks(a, b, tokens)
 

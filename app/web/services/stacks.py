@@ -16,7 +16,7 @@ from app.exceptions import InvalidInput
 from app.web.runtime.state import AppState
 from app.web.schemas.bodies import DiffIn, ReplayIn
 from app.web.services import walks
-from app.web.services.actions import compile_grammar
+from app.web.services.actions import Resolved, compile_grammar
 
 __all__ = ["diff", "replay_on_stack", "stacks"]
 
@@ -41,11 +41,7 @@ async def replay_on_stack(
     """
     builder = runner(state.settings, stack)
     grammar, resolved = await compile_grammar(state, engine, body.grammar, stack)
-    # a pasted request is replayed under its own serve flags
-    request = resolved.request
-    serve = (
-        request.serve_flags(body.reasoning) if request else ServeFlags.for_reasoning(body.reasoning)
-    )
+    serve = _serve(resolved, body.reasoning)  # a pasted request's own serve flags
     return await walks.walked(
         state,
         state.pools.replays,
@@ -77,7 +73,10 @@ async def diff(state: AppState, engine: AnyEngine, body: DiffIn) -> UpgradeDiff:
                 runner(state.settings, stack)
         except InvalidInput as exc:
             raise InvalidInput(exc.message, pointer=f"/stacks/{index}") from None
-    grammar, _ = await compile_grammar(state, engine, body.grammar)
+    # a pasted request is derived by each stack's own code, and walked under its serve flags
+    compiled = [await compile_grammar(state, engine, body.grammar, stack) for stack in body.stacks]
+    grammars = [grammar for grammar, _ in compiled]
+    serves = [_serve(resolved, body.reasoning) for _, resolved in compiled]
     return await walks.walked(
         state,
         state.pools.replays,
@@ -85,10 +84,17 @@ async def diff(state: AppState, engine: AnyEngine, body: DiffIn) -> UpgradeDiff:
         upgrade_diff,
         state.settings,
         body.stacks,
-        grammar,
+        grammars,
         engine.model.tokens,
         tokenizer=engine.tools.tokenizer,
         text=body.text,
         token_ids=body.token_ids,
-        serve=ServeFlags.for_reasoning(body.reasoning),
+        serve=serves,
     )
+
+
+def _serve(resolved: Resolved, reasoning: str) -> ServeFlags:
+    """The serve flags a walk is made under: a pasted request's own, else the ``reasoning``
+    setting's."""
+    request = resolved.request
+    return request.serve_flags(reasoning) if request else ServeFlags.for_reasoning(reasoning)
