@@ -16,23 +16,13 @@ from app.cli.main import main
 from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
+from tests.engine.stepper.test_tokenizer_replay import WEATHER
 from tests.web.test_tokenizer_models import loaded
 
 pytestmark = pytest.mark.server
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 ASK = [{"role": "user", "content": "The weather in Paris?"}]
-#: The request of vLLM #46149, as its reporter sent it to Qwen3.6 behind `vllm serve`.
+#: A request shaped like vLLM #46149's: a required tool call, the qwen3 reasoning parser.
 TOOLS_REQUEST = {
     "body": {"messages": ASK, "tools": [WEATHER], "tool_choice": "required", "min_tokens": 2},
     "serve": {"tool_call_parser": "hermes", "reasoning_parser": "qwen3"},
