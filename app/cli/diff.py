@@ -46,19 +46,21 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if len(args.stack) != 2:
         print(f"diff: give --stack twice (got {len(args.stack)})", file=sys.stderr)
         return 2
-    from app.engine.stack_pins import ServeFlags
+    from app.engine.grammars.request import serve_flags
     from app.engine.stacks.diff import upgrade_diff
 
     token_ids = replayed_ids(args)
-    if kind_of(args) == "request":  # derived by each stack's own code
-        requests = [
-            grammar_request(argparse.Namespace(**{**vars(args), "stack": stack}), settings)
-            for stack in args.stack
-        ]
-    else:
-        requests = [grammar_request(args, settings)] * 2
-    engine = load_engine(args, settings)
+    engine = load_engine(args, settings)  # first: a pasted request is derived on its tokenizer
     try:
+        if kind_of(args) == "request":  # derived by each stack's own code
+            requests = [
+                grammar_request(
+                    argparse.Namespace(**{**vars(args), "stack": stack}), settings, engine
+                )
+                for stack in args.stack
+            ]
+        else:
+            requests = [grammar_request(args, settings)] * 2
         result = upgrade_diff(
             settings,
             args.stack,
@@ -67,12 +69,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             tokenizer=engine.tools.tokenizer,
             text=args.text,
             token_ids=token_ids,
-            serve=[
-                request.request.serve_flags(args.reasoning)
-                if request.request
-                else ServeFlags.for_reasoning(args.reasoning)
-                for request in requests
-            ],
+            serve=[serve_flags(request.request, args.reasoning) for request in requests],
         )
     finally:
         engine.close()

@@ -121,8 +121,11 @@ class GrammarRequest:
     request: DerivedRequest | None = None
 
 
-def grammar_request(args: argparse.Namespace, settings: Settings) -> GrammarRequest:
-    """The grammar request the flags describe, built by the API's request models.
+def grammar_request(
+    args: argparse.Namespace, settings: Settings, engine: AnyEngine | None = None
+) -> GrammarRequest:
+    """The grammar request the flags describe, built by the API's request models (a pasted
+    request derived on ``engine``'s tokenizer: the ``--model``'s, loaded for it when not given).
 
     The models are constructed without their validation: their caps (an indent of at most 16,
     a 256 KiB source, ...) guard a shared server, and the command line, run by the operator on
@@ -139,7 +142,7 @@ def grammar_request(args: argparse.Namespace, settings: Settings) -> GrammarRequ
     if kind == "tools":
         return GrammarRequest(grammar.to_spec(_tools_source(source, settings)))
     if kind == "request":
-        pasted = _derived(source, args, settings)
+        pasted = _derived(source, args, settings, engine)
         return GrammarRequest(grammar.to_spec(request=pasted), request=pasted)
     if kind != "pydantic":
         return GrammarRequest(grammar.to_spec())
@@ -155,9 +158,11 @@ def grammar_request(args: argparse.Namespace, settings: Settings) -> GrammarRequ
     return GrammarRequest(spec, PydanticSource(source, derived.root, validate_many), validate)
 
 
-def _derived(source: str, args: argparse.Namespace, settings: Settings) -> DerivedRequest:
+def _derived(
+    source: str, args: argparse.Namespace, settings: Settings, engine: AnyEngine | None
+) -> DerivedRequest:
     """A request source as ``--stack`` (else the default vLLM stack) derives it on the
-    ``--model``'s tokenizer."""
+    ``--model``'s tokenizer (``engine``'s, or one loaded for the derivation alone)."""
     from app.engine.grammars.request import parse_request
     from app.engine.grammars.tools.vllm_builder import VllmBuilder
     from app.engine.model.chat_templates import server_template
@@ -166,13 +171,14 @@ def _derived(source: str, args: argparse.Namespace, settings: Settings) -> Deriv
     parsed = parse_request(source)
     stack = getattr(args, "stack", "maskscope")
     builder = VllmBuilder(settings) if stack == "maskscope" else runner(settings, stack)
-    engine = load_engine(args, settings)  # its tokenizer, and its template
+    loaded = engine if engine is not None else load_engine(args, settings)
     try:
-        shipped = getattr(getattr(engine.model, "spec", None), "tokenizer", None)
-        template = server_template(engine.model.tokens, shipped=shipped)
-        return builder.derive(parsed, engine.tools.tokenizer, template)
+        shipped = getattr(getattr(loaded.model, "spec", None), "tokenizer", None)
+        template = server_template(loaded.model.tokens, shipped=shipped)
+        return builder.derive(parsed, loaded.tools.tokenizer, template)
     finally:
-        engine.close()
+        if engine is None:
+            loaded.close()
 
 
 def _tools_source(source: str, settings: Settings) -> str:

@@ -86,15 +86,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     from app.vocabulary import ReasoningMode
 
-    request = grammar_request(args, settings)
-    spec = request.spec
-    engine = load_engine(args, settings)
+    engine = load_engine(args, settings)  # first: a pasted request is derived on its tokenizer
     try:
+        request = grammar_request(args, settings, engine)
         if args.stack != "maskscope":
             result = _on_stack(args, settings, engine, request, token_ids)
         else:
             result = engine.replay(
-                spec,
+                request.spec,
                 text=args.text,
                 token_ids=token_ids,
                 compare=compare_library(args),
@@ -115,13 +114,10 @@ def _on_stack(
 ) -> ReplayResult:
     """The replay under ``--stack``: each row the one that release's own scheduler fills (a
     pasted request's under its own serve flags)."""
+    from app.engine.grammars.request import serve_flags
     from app.engine.stacks import runner
-    from app.engine.stacks.replay import ServeFlags, stack_replay
+    from app.engine.stacks.replay import stack_replay
 
-    derived = request.request
-    serve = (
-        derived.serve_flags(args.reasoning) if derived else ServeFlags.for_reasoning(args.reasoning)
-    )
     return stack_replay(
         runner(settings, args.stack),
         engine.compile(request.spec),
@@ -129,7 +125,7 @@ def _on_stack(
         tokenizer=engine.tools.tokenizer,
         text=args.text,
         token_ids=token_ids or (),
-        serve=serve,
+        serve=serve_flags(request.request, args.reasoning),
     )
 
 

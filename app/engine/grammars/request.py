@@ -22,7 +22,14 @@ from app.engine.stack_pins import ServeFlags
 from app.exceptions import GrammarError
 from app.vocabulary import GrammarKind
 
-__all__ = ["SERVE_FLAGS", "DerivedRequest", "RequestSource", "derived_request", "parse_request"]
+__all__ = [
+    "SERVE_FLAGS",
+    "DerivedRequest",
+    "RequestSource",
+    "derived_request",
+    "parse_request",
+    "serve_flags",
+]
 
 #: The ``vllm serve`` flags a request source may set (``--tool-call-parser`` ..., and
 #: ``VLLM_ENFORCE_STRICT_TOOL_CALLING`` as ``strict_tool_calling``).
@@ -127,9 +134,8 @@ class DerivedRequest:
         """The flags a replay under the stack is made under: the request's own, with the
         replay's ``reasoning`` setting (``mask_everywhere``: ``enable_in_reasoning``) added."""
         config = dict(self.structured_outputs_config)
-        if reasoning == "mask_everywhere":
-            config["enable_in_reasoning"] = True
-        config.setdefault("enable_in_reasoning", False)
+        if reasoning == "mask_everywhere" or "enable_in_reasoning" not in config:
+            config |= ServeFlags.for_reasoning(reasoning).structured_outputs_config
         return ServeFlags(self.reasoning_parser, config, dict(self.chat_template_kwargs))
 
     def to_dict(self) -> dict[str, Any]:
@@ -146,6 +152,12 @@ class DerivedRequest:
             "stack": self.stack,
             "versions": dict(self.versions),
         }
+
+
+def serve_flags(request: DerivedRequest | None, reasoning: str) -> ServeFlags:
+    """The flags a walk under a stack is made under: a pasted request's own
+    (:meth:`DerivedRequest.serve_flags`), else the ``reasoning`` setting's."""
+    return request.serve_flags(reasoning) if request else ServeFlags.for_reasoning(reasoning)
 
 
 def derived_request(

@@ -25,7 +25,6 @@ from app.engine.grammars.request import DerivedRequest
 from app.engine.stack_pins import MASKSCOPE
 from app.exceptions import InvalidInput, RunInProgress
 from app.sandbox.sandbox import PydanticSchema
-from app.settings import LOCAL_MODEL_ID
 from app.web.middleware.clients import current_client
 from app.web.runtime.sessions import SessionHandle
 from app.web.runtime.state import AppState
@@ -63,14 +62,12 @@ class Resolved:
 
 
 async def resolve(
-    state: AppState, grammar: GrammarIn, engine: AnyEngine | None = None, stack: str = MASKSCOPE
+    state: AppState, grammar: GrammarIn, engine: AnyEngine, stack: str = MASKSCOPE
 ) -> Resolved:
     """The engine's spec for a grammar request (a Pydantic source becomes its JSON Schema; a
-    pasted request, the grammar ``stack`` derives from it on ``engine``'s tokenizer, by default
-    the local model's)."""
+    pasted request, the grammar ``stack`` derives from it on ``engine``'s tokenizer)."""
     grammar.check_size(state.settings)
     if grammar.kind == "request":
-        engine = engine if engine is not None else state.engine_for(LOCAL_MODEL_ID)
         request = await request_source.derive(state, engine, grammar.source, stack)
         return Resolved(grammar.to_spec(request=request), request=request)
     if grammar.kind == "tools":  # its $model parameters derived in the sandbox

@@ -7,16 +7,17 @@ import dataclasses
 from typing import Any
 
 from app.engine import AnyEngine
+from app.engine.grammars.request import serve_flags
 from app.engine.records import ReplayResult
 from app.engine.stack_pins import MASKSCOPE
 from app.engine.stacks import runner, stack_infos
 from app.engine.stacks.diff import UpgradeDiff, upgrade_diff
-from app.engine.stacks.replay import ServeFlags, stack_replay
+from app.engine.stacks.replay import stack_replay
 from app.exceptions import InvalidInput
 from app.web.runtime.state import AppState
 from app.web.schemas.bodies import DiffIn, ReplayIn
 from app.web.services import walks
-from app.web.services.actions import Resolved, compile_grammar
+from app.web.services.actions import compile_grammar
 
 __all__ = ["diff", "replay_on_stack", "stacks"]
 
@@ -41,7 +42,7 @@ async def replay_on_stack(
     """
     builder = runner(state.settings, stack)
     grammar, resolved = await compile_grammar(state, engine, body.grammar, stack)
-    serve = _serve(resolved, body.reasoning)  # a pasted request's own serve flags
+    serve = serve_flags(resolved.request, body.reasoning)
     return await walks.walked(
         state,
         state.pools.replays,
@@ -76,7 +77,7 @@ async def diff(state: AppState, engine: AnyEngine, body: DiffIn) -> UpgradeDiff:
     # a pasted request is derived by each stack's own code, and walked under its serve flags
     compiled = [await compile_grammar(state, engine, body.grammar, stack) for stack in body.stacks]
     grammars = [grammar for grammar, _ in compiled]
-    serves = [_serve(resolved, body.reasoning) for _, resolved in compiled]
+    serves = [serve_flags(resolved.request, body.reasoning) for _, resolved in compiled]
     return await walks.walked(
         state,
         state.pools.replays,
@@ -91,10 +92,3 @@ async def diff(state: AppState, engine: AnyEngine, body: DiffIn) -> UpgradeDiff:
         token_ids=body.token_ids,
         serve=serves,
     )
-
-
-def _serve(resolved: Resolved, reasoning: str) -> ServeFlags:
-    """The serve flags a walk is made under: a pasted request's own, else the ``reasoning``
-    setting's."""
-    request = resolved.request
-    return request.serve_flags(reasoning) if request else ServeFlags.for_reasoning(reasoning)

@@ -162,13 +162,19 @@ def _tokenizer(path: str) -> Any:
     return _TOKENIZERS[path]
 
 
-def _is_harmony(path: str) -> bool:
-    # vLLM picks its Harmony parser from the model's config (model_type gpt_oss), when it has one.
+def _model_type(path: str) -> str | None:
+    """The ``model_type`` of the model's config, when the tokenizer's directory has one."""
     try:
         with open(os.path.join(path, "config.json"), encoding="utf-8") as file:
-            return bool(json.load(file).get("model_type") == "gpt_oss")
-    except (OSError, ValueError):
-        return False
+            found = json.load(file).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None
+
+
+def _is_harmony(path: str) -> bool:
+    # vLLM picks its Harmony parser from the model's config (model_type gpt_oss), when it has one.
+    return _model_type(path) == "gpt_oss"
 
 
 def _reasoning_parser_names() -> set[str]:
@@ -240,6 +246,11 @@ def _chat_request(message: dict[str, Any]) -> ChatCompletionRequest:
     if thinking is not None:
         # The two switches vLLM's parsers read (Qwen's enable_thinking, DeepSeek's thinking).
         body["chat_template_kwargs"] = {"enable_thinking": thinking, "thinking": thinking}
+    return _validated(body)
+
+
+def _validated(body: dict[str, Any]) -> ChatCompletionRequest:
+    """``body`` as vLLM's request model validates it; its refusal at the field it names."""
     try:
         return ChatCompletionRequest.model_validate(body)
     except ValidationError as error:
@@ -304,10 +315,8 @@ def _adjusted(
     ``reasoning_parser``, ``strict_level``, ``tokenizer``), the parser class, and the reasoning
     parser's end marker (or why there is none)."""
     reasoning_parser = message.get("reasoning_parser")
-    reasoning_end, unavailable = None, None
-    if reasoning_parser:
-        reasoning_end, why = _reasoning_end(reasoning_parser, tokenizer, template_kwargs)
-        unavailable = why or None
+    reasoning = _reasoning(reasoning_parser, tokenizer, template_kwargs)
+    unavailable = reasoning["reasoning_end_unavailable"]
     # A reasoning parser that refuses the tokenizer stops `vllm serve` from starting; the tag the
     # tool parser builds is still shown, built without it, and the end marker said unavailable.
     parser_cls = _parser_class(message, tokenizer, None if unavailable else reasoning_parser)
@@ -327,8 +336,14 @@ def _adjusted(
             raise _refused(error) from None
         except (TypeError, ValueError) as error:
             raise _Refused(f"vLLM refuses the request: {error}") from None
-    reasoning = {"reasoning_end": reasoning_end, "reasoning_end_unavailable": unavailable}
     return request, parser_cls, reasoning
+
+
+def _reasoning(name: str | None, tokenizer: Any, kwargs: Any) -> dict[str, Any]:
+    """The answer's ``reasoning_end`` and ``reasoning_end_unavailable`` for the reasoning parser
+    ``name`` (None: no parser, neither)."""
+    end, why = _reasoning_end(name, tokenizer, kwargs) if name else (None, "")
+    return {"reasoning_end": end, "reasoning_end_unavailable": why or None}
 
 
 #: The build message's fields that are serve flags, by the request source's names for them.
@@ -346,18 +361,11 @@ def derive(message: dict[str, Any]) -> dict[str, Any]:
     reasoning parser's end marker, and the end of generation."""
     tokenizer = _tokenizer(message["tokenizer"])
     serve = message.get("serve") or {}
-    body = {"model": "maskscope", **message["body"]}
     try:
-        request = ChatCompletionRequest.model_validate(body)
-    except ValidationError as error:
-        first = error.errors()[0]
-        loc = ["body", *(part for part in first["loc"] if isinstance(part, (str, int)))]
-        raise _Refused(f"vLLM refuses the request: {first['msg']}", loc) from None
-    except VLLMValidationError as error:
-        refused = _refused(error)
-        raise _Refused(str(refused), ["body", *refused.loc]) from None
+        request = _validated({"model": "maskscope", **message["body"]})
+    except _Refused as error:
+        raise _Refused(str(error), ["body", *error.loc]) from None
     params = request.build_chat_params(message.get("chat_template"), "auto")
-    reasoning: dict[str, Any] = {"reasoning_end": None, "reasoning_end_unavailable": None}
     parser = serve.get("tool_call_parser")
     if parser:
         flags = {
@@ -371,14 +379,15 @@ def derive(message: dict[str, Any]) -> dict[str, Any]:
             request, _, reasoning = _adjusted(flags, request, tokenizer, kwargs)
         except _Refused as error:
             head = error.loc[0] if error.loc else None
-            loc = ["serve", _SERVE_FLAG[head]] if head in _SERVE_FLAG else ["body", *error.loc]
+            loc: list[str | int] = ["body", *error.loc]
+            if head in _SERVE_FLAG:
+                loc = ["serve", _SERVE_FLAG[head]]
             raise _Refused(str(error), loc) from None
-    elif serve.get("reasoning_parser"):
-        name = serve["reasoning_parser"]
-        if name not in _reasoning_parser_names():
+    else:
+        name = serve.get("reasoning_parser")
+        if name and name not in _reasoning_parser_names():
             raise _Refused(f"vLLM has no reasoning parser {name!r}", ["serve", "reasoning_parser"])
-        end, why = _reasoning_end(name, tokenizer, params.chat_template_kwargs)
-        reasoning = {"reasoning_end": end, "reasoning_end_unavailable": why or None}
+        reasoning = _reasoning(name, tokenizer, params.chat_template_kwargs)
     prompt = _rendered(request, params, tokenizer, message["tokenizer"])
     constraint = _constraint(request.extract_structured_outputs())
     return {
@@ -415,12 +424,6 @@ def _rendered(request: Any, params: Any, tokenizer: Any, path: str) -> str:
 
     from vllm.renderers.hf import safe_apply_chat_template
 
-    model_type = None
-    try:
-        with open(os.path.join(path, "config.json"), encoding="utf-8") as file:
-            model_type = json.load(file).get("model_type")
-    except (OSError, ValueError):
-        pass
     # The model settings the renderer reads when it looks for a template (the tokenizer's
     # directory is the model's: no revision, no remote code).
     config = SimpleNamespace(
@@ -429,7 +432,7 @@ def _rendered(request: Any, params: Any, tokenizer: Any, path: str) -> str:
         tokenizer_revision=None,
         code_revision=None,
         trust_remote_code=False,
-        hf_config=SimpleNamespace(model_type=model_type),
+        hf_config=SimpleNamespace(model_type=_model_type(path)),
     )
     messages = [m if isinstance(m, dict) else _jsonable(m) for m in request.messages]
     tools = None if request.tools is None else [tool.model_dump() for tool in request.tools]
