@@ -20,8 +20,10 @@ from app.web.routes import (
     models,
     permalinks,
     replay,
+    roundtrip,
     sessions,
     stacks,
+    suites,
     tests,
     tool_formats,
 )
@@ -30,6 +32,7 @@ from app.web.runtime.lifespan import lifespan
 from app.web.runtime.state import STATIC_DIR, AppState
 from app.web.ui import export as export_dialog
 from app.web.ui import page, panels, render, session
+from app.web.ui import suites as suite_view
 from app.web.ui import tests as tests_panel
 
 __all__ = ["create_app"]
@@ -44,14 +47,17 @@ ROUTERS = (
     instruments.router,
     permalinks.router,
     replay.router,
+    roundtrip.router,
     examples.router,
     export_routes.router,
     doctor.router,
     tests.router,
     tool_formats.router,
     stacks.router,
+    suites.router,
     export_dialog.router,
     tests_panel.router,
+    suite_view.router,
     page.router,
     session.router,
     panels.router,

@@ -209,6 +209,22 @@ class Settings(BaseSettings):
             process: its own work only (its start-up, first loads and the compiles it asks the
             server for are not counted); past it the process is killed and the answer is a 503
             ``cut_short_by_load``. The work itself is bounded by counts, never by time.
+        suite_max_upload_bytes: the largest suite upload (``POST /api/suites``: a zip, a JSONL
+            or a folder's files) accepted (413 beyond; ``max_body_bytes`` bounds it too).
+        suite_max_unpacked_bytes: the bytes a suite's files may hold once unpacked, all together
+            (413 beyond): a zip's declared sizes are checked first, then the bytes counted as
+            they are read.
+        suite_max_files: the files a suite upload may hold (a zip's entries, a folder's files;
+            413 beyond).
+        suite_max_sources: the sources a suite may hold (413 beyond).
+        suite_time_limit_s: the wall-clock limit of checking one suite: past it, the sources
+            not started are left unchecked and the report says so (``cut_short``).
+        suite_max_running: suites checked at once on this server (429 beyond).
+        suite_max_running_per_client: suites one client address may have checked at once (429
+            beyond); each suite's sources take their turn in the Doctor's queue one at a time,
+            so a suite never holds more than one of its threads.
+        suite_report_max_bytes: the largest suite (its sources and report) the store keeps;
+            a larger one is shown while this process lives but is not kept.
         sandbox_allow_weak_containment: the weakest containment level of the Pydantic sandbox
             accepted below ``full``: ``seccomp`` (no Landlock) or ``none``; unset, Pydantic
             sources are refused unless the kernel contains the sandbox fully.
@@ -284,6 +300,14 @@ class Settings(BaseSettings):
     sandbox_timeout_s: float = Field(default=15.0, gt=0)
     doctor_memory_mb: int = Field(default=2048, ge=256)
     doctor_time_limit_s: float = Field(default=300.0, gt=0, le=3600)
+    suite_max_upload_bytes: int = Field(default=1024 * 1024, ge=1024)
+    suite_max_unpacked_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    suite_max_files: int = Field(default=1000, ge=1)
+    suite_max_sources: int = Field(default=200, ge=1)
+    suite_time_limit_s: float = Field(default=900.0, gt=0, le=86400)
+    suite_max_running: int = Field(default=4, ge=1)
+    suite_max_running_per_client: int = Field(default=1, ge=1)
+    suite_report_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     sandbox_allow_weak_containment: Literal["seccomp", "none"] | None = None
     queue_max: int = Field(default=16, ge=0, le=1024)
     queue_max_per_client: int = Field(default=4, ge=1, le=1024)

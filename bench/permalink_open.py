@@ -5,6 +5,11 @@ the snapshot), then ``/s/{id}?step=36`` is fetched (its HTML holds the recorded 
 browser paints at once) and the live session is rebuilt (``/ui/permalinks/{id}/open``: what the
 page waited for before). Printed: both, their ratio, over a few rounds, in one run.
 
+The live rebuild itself, before and after issue 45 (item 3): the trace's steps with a forward
+pass each (``open_snapshot(..., batched=False)``, the rebuild before) against the recorded
+tokens' passes run in one (the default), each the median of the rounds, and their ratio
+(target >= 5x).
+
 Then a permalink whose test walks a slow grammar (``root ::= root root | "a"``, issue 46),
 shared before verdicts were kept: its first ``GET /api/permalinks/{id}`` answers pending, the
 judgement runs in the background (what every GET cost before), and a later GET reads it.
@@ -15,6 +20,7 @@ Usage: ``PYTHONPATH=. .venv/bin/python bench/permalink_open.py [--rounds 3] [--s
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import tempfile
 import time
@@ -28,7 +34,7 @@ from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
 from app.web.schemas.bodies import PermalinkIn
-from app.web.services.permalinks import snapshot_of_request
+from app.web.services.permalinks import open_snapshot, snapshot_of_request
 from tests.conftest import as_page
 from tests.web.conftest import session_body
 
@@ -63,6 +69,32 @@ def slow_tests_row(client: TestClient, engine: Engine, chars: int) -> None:
     print(f"ratio (background judgement, once a GET before / GET now): {judged_ms / read_ms:.0f}x")
 
 
+def rebuild_row(client: TestClient, snapshot_id: str, rounds: int) -> None:
+    """The live session rebuilt step by step (before #45) and with the recorded tokens' forward
+    passes in one (now), alternately, in the app's own loop: medians and their ratio."""
+    state = client.app.state.maskscope  # type: ignore[attr-defined]
+    snapshot = state.store.get(snapshot_id)[0]
+    portal = client.portal
+    assert portal is not None, "the client runs the app (a with block)"
+    ways = {
+        "step by step (before)": functools.partial(open_snapshot, state, snapshot, batched=False),
+        "passes in one (now)": functools.partial(
+            open_snapshot, state, snapshot, snapshot_id=snapshot_id
+        ),
+    }
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    for _ in range(rounds):
+        for name, way in ways.items():
+            start = time.perf_counter()
+            portal.call(way)
+            times[name].append((time.perf_counter() - start) * 1000)
+    medians = {name: statistics.median(ms) for name, ms in times.items()}
+    for name, median in medians.items():
+        print(f"live session rebuilt, {name}: {median:.0f} ms")
+    before, now = medians.values()
+    print(f"ratio (before / now): {before / now:.1f}x  (target >= 5x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -92,6 +124,7 @@ def main() -> None:
         print(f"page with the recorded chips: {page_median:.0f} ms (target {TARGET_MS:.0f} ms)")
         print(f"live session rebuilt:         {open_median:.0f} ms")
         print(f"ratio (rebuilt / page):        {open_median / page_median:.1f}x")
+        rebuild_row(client, snapshot_id, args.rounds)
         slow_tests_row(client, engine, args.slow_chars)
     engine.close()
 

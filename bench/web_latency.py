@@ -13,11 +13,13 @@
    within 1 s (the chips come when the session is rebuilt: the replay's own time).
 
 4. First use against warm (#45, item 3), each figure printed beside its warm one: a shipped
-   tokenizer's first compile (its load included) and vLLM's tools builder's first compile, on
-   a server that warms nothing (``MASKSCOPE_WARM_UP=0``, the first use waits) and on one that
-   warms them in the background after start (the default), against the same compile warm; and
-   the format picker changed 8 times in a row on the page: the 429s it got (target 0, one
-   compile in flight per person: a replaced request leaves the queue).
+   tokenizer's first compile (its load included) and vLLM's tools builder's first compile on
+   that tokenizer (qwen3.6), on a server that warms nothing (``MASKSCOPE_WARM_UP=0``, the first
+   use waits) and on one that warms them in the background after start (the default), against
+   the same compile warm; a permalink shared from the page (48 steps, its records kept) opened
+   as a live session, the first time and again; and the format picker changed 8 times in a
+   row on the page: the 429s it got (target 0, one compile in flight per person: a replaced
+   request leaves the queue).
 
 Usage: ``.venv/bin/python bench/web_latency.py [--steps 30] [--first-use-only]`` (needs
 /usr/bin/chromium; the first-use part needs vLLM's virtualenv, ``make vllm-install``).
@@ -132,10 +134,41 @@ def _first_and_warm(base: str) -> dict[str, tuple[float, float]]:
     first_tokenizer = _compile_ms(base, "qwen3.6", TOOLS)
     warm_tokenizer = _compile_ms(base, "qwen3.6", {**TOOLS, "tool_choice": "auto"})
     vllm = {**TOOLS, "builder": "vllm", "format": "hermes"}
-    first_vllm = _compile_ms(base, "local", vllm)
-    warm_vllm = _compile_ms(base, "local", {**vllm, "tool_choice": "auto"})
+    first_vllm = _compile_ms(base, "qwen3.6", vllm)
+    warm_vllm = _compile_ms(base, "qwen3.6", {**vllm, "tool_choice": "auto"})
     return {"qwen3.6 tokenizer, first compile": (first_tokenizer, warm_tokenizer),
-            "vLLM builder, first compile": (first_vllm, warm_vllm)}  # fmt: skip
+            "vLLM builder on qwen3.6, first compile": (first_vllm, warm_vllm)}  # fmt: skip
+
+
+SHARED = """async (steps) => {
+    const token = document.querySelector('meta[name="csrf-token"]').content;
+    const json = {'Content-Type': 'application/json', 'X-CSRF-Token': token};
+    const body = {grammar: {kind: 'regex', source: '[a-z ]{400}'}, raw_prompt: 'A story:',
+                  max_tokens: steps + 12};
+    const opened = await fetch('/api/sessions', {method: 'POST', headers: json,
+                                                 body: JSON.stringify(body)});
+    const id = (await opened.json()).id;
+    await fetch(`/api/sessions/${id}/step`, {method: 'POST', headers: json,
+                                              body: JSON.stringify({n: steps})});
+    const shared = await fetch(`/ui/sessions/${id}/share`, {method: 'POST',
+        headers: {'X-CSRF-Token': token, 'HX-Request': 'true'}});
+    return (await shared.text()).split('href="/s/')[1].split('"')[0];
+}"""
+
+
+def _permalink_rebuild(base: str, page: Page, steps: int = 48) -> tuple[float, float]:
+    """(first, again) milliseconds: a permalink shared from the page (its records kept, as
+    the page's Share keeps them) opened as a live session, ``POST /api/permalinks/{id}/session``."""
+    page.goto(f"{base}/")
+    snapshot_id = page.evaluate(SHARED, steps)
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        opened = httpx.post(f"{base}/api/permalinks/{snapshot_id}/session", timeout=300)
+        assert opened.status_code in (200, 201), opened.text
+        assert len(opened.json()["steps"]) == steps
+        times.append((time.perf_counter() - start) * 1000)
+    return times[0], times[1]
 
 
 def _picker_churn(base: str, page: Page) -> tuple[int, int]:
@@ -159,8 +192,11 @@ def _ready(base: str) -> None:
     """Until every model and the vLLM builder are ready (what the warm-up started)."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        models = httpx.get(f"{base}/api/models", timeout=30).json()
-        formats = httpx.get(f"{base}/api/tool-formats", timeout=30).json()
+        try:
+            models = httpx.get(f"{base}/api/models", timeout=30).json()
+            formats = httpx.get(f"{base}/api/tool-formats", timeout=30).json()
+        except httpx.TimeoutException:  # a loaded machine while everything warms: ask again
+            continue
         if all(m["ready"] for m in models) and not any(f["name"] == "starting" for f in formats):
             return
         time.sleep(1)
@@ -181,6 +217,10 @@ def first_use() -> None:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
             page = browser.new_page(viewport={"width": 1440, "height": 900})
+            first, again = _permalink_rebuild(base, page)
+            print(f"permalink's live session (48 steps, shared from the page): first open "
+                  f"{first:.0f} ms, again {again:.0f} ms (first/again: {first / again:.1f}x)",
+                  flush=True)  # fmt: skip
             answers, refused = _picker_churn(base, page)
             browser.close()
     print(f"vLLM format picker changed 8 times: {answers} compile answers, {refused} of them "

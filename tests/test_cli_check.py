@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,9 @@ import jsonschema
 import pytest
 
 from app.__main__ import main
+from app.engine.stacks import close_runners
 from app.settings import Settings
+from tests.vllm_oracle import STACK_PATHS, VLLM_PYTHON
 
 pytestmark = pytest.mark.model
 
@@ -22,6 +26,12 @@ SUITE = ROOT / "tests" / "fixtures" / "suite"
 SARIF_SCHEMA = ROOT / "tests" / "fixtures" / "sarif" / "sarif-2.1.0-rtm.5.json"
 BOTH = ["--engine", "xgrammar", "--engine", "llguidance"]
 SOURCES = 26  # the files of the fixture suite that are sources (its .jsonl are not walked)
+#: Sources checked under the vLLM stacks: a non-strict tool, GLM-4.7's array parameter, a pasted
+#: request, a schema vLLM's xgrammar backend refuses.
+STACK_SUITE = ROOT / "tests" / "fixtures" / "stack_suite"
+STACKS = ("vllm-0.32.0", "vllm-0.34.0")
+#: The first of these tests starts both stacks' runners and checks the suite under each.
+STACK_TIMEOUT_S = 1500
 
 
 @pytest.fixture(autouse=True)
@@ -233,7 +243,7 @@ def test_a_jsonl_suite_points_at_its_lines(
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--stack", "vllm"], "come with the stacks issue"),
+        (["--stack", "vllm"], "--stack vllm: unknown stack (one of maskscope, vllm-0.32.0"),
         (["--shard", "4/3"], "--shard"),
         (["--baseline", "missing.json"], "cannot read the baseline"),
     ],
@@ -304,3 +314,100 @@ def test_check_says_what_the_doctor_and_the_tests_say(
     if tests_file.exists():
         results = run_tests(engine, engine.compile(spec), read_tests(tests_file.read_text()))
         assert case["tests"]["failed"] == sum(not r.passed for r in results)
+
+
+@pytest.fixture(scope="module")
+def stack_settings() -> Iterator[Settings]:
+    """Both shipped stacks, their runners in a short directory of this module's, closed after."""
+    assert VLLM_PYTHON.exists(), f"{VLLM_PYTHON} is missing: run `make vllm-install`"
+    assert STACK_PATHS["vllm-0.34.0"][0].is_dir(), "vLLM 0.34.0 is missing: run `make stacks`"
+    directory = Path(tempfile.mkdtemp(prefix="runners-"))
+    yield Settings(
+        vllm_python=VLLM_PYTHON,
+        vllm_timeout_s=600,
+        stack_runner_dir=directory,
+        stacks_dir=STACK_PATHS["vllm-0.34.0"][0].parent,
+        compile_workers=1,
+    )
+    close_runners()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def stack_report(
+    stack_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """The stack suite checked once under both releases, on Qwen3.6's tokenizer."""
+    out = tmp_path_factory.mktemp("stacks") / "report.json"
+    stacks = [arg for stack in STACKS for arg in ("--stack", stack)]
+    status = check(
+        STACK_SUITE, *stacks, "--model", "qwen3.6", "--format", "json", "--no-cache",
+        "--output", out, settings=stack_settings,
+    )  # fmt: skip
+    data: dict[str, Any] = json.loads(out.read_text())
+    data["status"] = status
+    return data
+
+
+def by_stack(report: dict[str, Any], name: str) -> dict[str, dict[str, Any]]:
+    return {c["stack"]: c for c in report["cases"] if c["source"].endswith(f"/{name}")}
+
+
+@pytest.mark.server
+@pytest.mark.timeout(STACK_TIMEOUT_S)
+def test_a_non_strict_tool_is_unconstrained_by_each_release_s_own_tag(
+    stack_report: dict[str, Any],
+) -> None:
+    assert stack_report["status"] == 1
+    assert {c["stack"] for c in stack_report["cases"]} == set(STACKS)
+    for stack, case in by_stack(stack_report, "free.tools.json").items():
+        free = [f for f in case["findings"] if f["level"] == "unconstrained"]
+        assert [f["pointer"] for f in free] == ["/tools/0/function/parameters"], stack
+        assert "vLLM leaves the call unconstrained" in free[0]["message"]  # the release's reason
+        assert _text_at(free[0]).startswith('"parameters"')
+
+
+@pytest.mark.server
+@pytest.mark.timeout(STACK_TIMEOUT_S)
+def test_glm47_s_non_strict_array_parameter_differs_between_the_releases(
+    stack_report: dict[str, Any],
+) -> None:
+    old, new = (by_stack(stack_report, "glm.tools.json")[stack] for stack in STACKS)
+    assert old["compiled"] and new["compiled"]
+    # 0.32.0 compiles the array as JSON, 0.34.0 keeps it raw text: two grammars, two verdicts
+    assert old["size_bytes"] != new["size_bytes"]
+    assert old["findings"] != new["findings"]
+
+
+@pytest.mark.server
+@pytest.mark.timeout(STACK_TIMEOUT_S)
+def test_a_request_in_a_suite_is_derived_and_checked_under_each_stack(
+    stack_report: dict[str, Any],
+) -> None:
+    for stack, case in by_stack(stack_report, "labels.request.json").items():
+        assert case["kind"] == "request" and case["compiled"], stack
+        weakened = [f for f in case["findings"] if f["level"] == "weakened" and f["keyword"]]
+        assert [f["keyword"] for f in weakened] == ["not"], stack
+        assert _text_at(weakened[0]).startswith('"not"')  # in the request file, at the keyword
+
+
+@pytest.mark.server
+@pytest.mark.timeout(STACK_TIMEOUT_S)
+def test_a_schema_a_release_refuses_is_a_compile_error_with_its_message(
+    stack_report: dict[str, Any],
+) -> None:
+    for stack, case in by_stack(stack_report, "both.json").items():
+        assert not case["compiled"] and levels(case) == ["compile_error"], stack
+        assert case["findings"][0]["message"].startswith(f"{stack}: vLLM refuses the request")
+
+
+def test_an_unavailable_stack_exits_2_with_its_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nowhere" / "bin" / "python"
+    settings = Settings(stacks=[f"vllm-9.9.9=python:{missing}"], stack_runner_dir=tmp_path)
+    assert (
+        check(SUITE / "grammars" / "phone.regex", "--stack", "vllm-9.9.9", settings=settings) == 2
+    )
+    said = capsys.readouterr().err
+    assert "--stack vllm-9.9.9: unavailable" in said and "bin/python is missing" in said

@@ -38,7 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="directories, globs, files or JSONL suites (default: the config's paths); "
         "`check merge REPORT...` joins --format json reports of shards",
     )  # fmt: skip
-    parser.add_argument("--stack", action="append", help="serving stack (repeatable; maskscope)")
+    parser.add_argument(
+        "--stack", action="append",
+        help="serving stack (repeatable): maskscope (default) or a vLLM release of "
+        "`python -m app stacks` (vllm-0.32.0, vllm-0.34.0)",
+    )  # fmt: skip
     parser.add_argument("--engine", action="append", choices=ENGINES, help="repeatable")
     parser.add_argument(
         "--fail-on", action="append", choices=LEVELS,
@@ -75,17 +79,32 @@ def _config(args: argparse.Namespace) -> SuiteConfig:
     return load_config(*found) if found else SuiteConfig()
 
 
-def _stacks(args: argparse.Namespace, config: SuiteConfig) -> tuple[str, ...]:
-    from app.exceptions import InvalidInput
-    from app.suite.checker import STACKS
+def _stacks(args: argparse.Namespace, config: SuiteConfig, settings: Settings) -> tuple[str, ...]:
+    """The stacks to check against: ``maskscope`` and the configured vLLM stacks
+    (``MASKSCOPE_STACKS``), each available (its runner started, and left warm).
 
-    stacks = tuple(args.stack or config.stacks or ("maskscope",))
-    unknown = [s for s in stacks if s not in STACKS]
+    Raises:
+        InvalidInput: an unknown stack, or one that is unavailable (the reason ``python -m app
+            stacks`` gives).
+    """
+    from app.engine.stacks import MASKSCOPE, configured, runner, stack_infos
+    from app.exceptions import InvalidInput, MaskscopeError
+
+    stacks = tuple(dict.fromkeys(args.stack or config.stacks or (MASKSCOPE,)))
+    known = configured(settings)
+    unknown = [s for s in stacks if s != MASKSCOPE and s not in known]
     if unknown:
-        raise InvalidInput(
-            f"--stack {unknown[0]}: this release checks against {', '.join(STACKS)} only; "
-            "the serving stacks (vLLM, SGLang, ...) come with the stacks issue"
-        )
+        names = ", ".join([MASKSCOPE, *known])
+        raise InvalidInput(f"--stack {unknown[0]}: unknown stack (one of {names})")
+    for stack in stacks:
+        if stack == MASKSCOPE:
+            continue
+        try:
+            runner(settings, stack).versions()
+        except MaskscopeError:
+            infos = {info.id: info for info in stack_infos(settings)}
+            reason = infos[stack].reason if stack in infos else None
+            raise InvalidInput(f"--stack {stack}: unavailable: {reason}") from None
     return stacks
 
 
@@ -137,7 +156,7 @@ def _report(args: argparse.Namespace, settings: Settings, config: SuiteConfig) -
     )  # fmt: skip
     try:
         engines = tuple(args.engine or config.engines or ("xgrammar",))
-        cases = checker.check(sources, _stacks(args, config), engines)
+        cases = checker.check(sources, _stacks(args, config, settings), engines)
     finally:
         checker.close()
     slow = args.slow_compile_ms if args.slow_compile_ms is not None else config.slow_compile_ms

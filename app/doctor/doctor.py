@@ -23,6 +23,7 @@ from app.doctor.end import with_end_finding
 from app.doctor.examination import Examination, OtherCompile, PydanticSource, costs_of
 from app.doctor.records import DoctorReport
 from app.doctor.safety import LOAD_NOTE, Deadline
+from app.doctor.tools_roundtrip import with_template_finding
 from app.doctor.vocab import Vocab
 from app.doctor.witnesses import search
 from app.engine.grammars.keyword_probe import ProbeResult
@@ -54,10 +55,14 @@ class Doctor:
 
     Args:
         engine: the loaded engine.
+        round_trip: add the template round trip's findings to a ``tools`` source's report
+            (:mod:`app.doctor.tools_roundtrip`); off in a Doctor process, whose server adds
+            them (it holds the builders).
     """
 
-    def __init__(self, engine: AnyEngine) -> None:
+    def __init__(self, engine: AnyEngine, *, round_trip: bool = True) -> None:
         self._engine = engine
+        self._round_trip = round_trip
         self.tokens = engine.model.tokens
         self._vocab: Vocab | None = None
         self._lock = threading.Lock()
@@ -104,7 +109,8 @@ class Doctor:
             max_tokens: a generation limit to compare with the shortest document.
 
         Raises:
-            GrammarError: the request does not compile.
+            GrammarError: the request does not compile, or a ``tools`` source's pasted
+                ``chat_template`` fails to render.
             CutShortByLoad: an EBNF or regex grammar's walks (its costs, which have no place to
                 say so) were cut short by the safety stop.
         """
@@ -112,7 +118,10 @@ class Doctor:
         with self._slots:
             grammar = self._engine.compile(spec)
             report = self._examine(spec, grammar, seed, budget_ms, pydantic, max_tokens)
-            return with_end_finding(report, grammar, self.tokens, self._engine.model)
+            report = with_end_finding(report, grammar, self.tokens, self._engine.model)
+            if self._round_trip:
+                report = with_template_finding(report, self._engine, spec)
+            return report
 
     def _examine(
         self,

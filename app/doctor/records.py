@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from app.doctor.judge import WitnessError
+from app.doctor.spans import value_spans
 from app.jsontext import loads
 
 __all__ = [
@@ -136,8 +137,9 @@ class Witness:
         return tuple(dict.fromkeys(e.pointer for e in self.errors if e.pointer))
 
     def parts(self) -> tuple[str, str, str]:
-        """The text cut at its offending character (the refused one, or the one that makes it
-        not JSON), invisible characters escaped (for the page)."""
+        """The text cut at its offending part (the refused character, the one that makes it not
+        JSON, or the value the schema rejects: :meth:`failing`), invisible characters escaped
+        (for the page)."""
         if self.refusal is not None:
             at = self.refusal.offset
             return marked(self.text, (at, min(at + 1, len(self.text))))
@@ -145,7 +147,18 @@ class Witness:
             loads(self.text, long_integers=True)
         except json.JSONDecodeError as exc:
             return marked(self.text, (exc.pos, min(exc.pos + 1, len(self.text))))
-        return marked(self.text, None)
+        failing = self.failing()
+        return marked(self.text, failing[1] if failing else None)
+
+    def failing(self) -> tuple[WitnessError, tuple[int, int]] | None:
+        """The schema's first error that names a value of ``text``, and where that value lies
+        (code points): the value the grammar let through. None when every error is at the
+        document itself (``$``: marking all of it says nothing) or names no value of it."""
+        spans = value_spans(self.text)
+        for error in self.errors:
+            if error.path != "$" and error.path in spans:
+                return error, spans[error.path]
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

@@ -43,6 +43,7 @@ from typing import Any, cast
 from app.doctor.doctor import RUNNING_AT_ONCE, Doctor, PydanticSource
 from app.doctor.records import DoctorReport
 from app.doctor.safety import Deadline
+from app.doctor.tools_roundtrip import with_template_finding
 from app.engine.engine import AnyEngine, Engine
 from app.engine.grammars.compile_worker import cap_memory
 from app.engine.grammars.keyword_probe import ProbeResult
@@ -244,7 +245,7 @@ def serve(conn: Connection, setup: dict[str, Any], settings: Settings) -> None:
     link = _Link(conn)
     model, compiler = cast(Any, _TokensOnly(tokens)), cast(Any, _ServerCompiler(link, info))
     engine = _ServerEngine(model, compiler, settings, owns_compiler=False)
-    doctor = Doctor(engine)
+    doctor = Doctor(engine, round_trip=False)  # the server adds the round trip's findings
     _warm_up(doctor, engine)
     cap_memory(settings.doctor_memory_mb)
     link.send(("ready",))
@@ -360,7 +361,9 @@ class DoctorWorkers:
 
         The request is compiled here first (through the engine's cache: a schema that does not
         compile is the same 422 as in-process; a tools builder's cold start is paid here), then
-        examined within the safety stop, which counts the worker's own time only.
+        examined within the safety stop, which counts the worker's own time only. A ``tools``
+        source's template round trip is run here after, on this thread (its builds need the
+        server's builders).
 
         Raises:
             GrammarError: the request does not compile.
@@ -390,7 +393,8 @@ class DoctorWorkers:
             raise self._died(worker) from None
         finally:
             self._release(worker, keep=handed_back)
-        return self._result(answer)
+        # Here, where the builders are: the round trip builds the tag with reasoning off and on.
+        return with_template_finding(self._result(answer), self._engine, spec)
 
     def _serve(
         self, worker: _Process, pydantic: PydanticSource | None, budget_ms: int, stop: Stop | None

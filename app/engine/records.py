@@ -31,6 +31,7 @@ __all__ = [
     "ReplayVerdict",
     "Segment",
     "StepRecord",
+    "Straddle",
     "TIMING_FIELDS",
     "VOLATILE_FIELDS",
     "TopDifference",
@@ -247,6 +248,28 @@ class Segment:
 
 
 @dataclass(frozen=True, slots=True)
+class Straddle:
+    """A token that crosses a boundary: part of its bytes belong to each side.
+
+    Attributes:
+        boundary: which boundary: ``reasoning_end`` (the reasoning's end marker).
+        marker: the marker the boundary is (``</think>``).
+        before: the token's text on the near side (the reasoning's, never fed to the grammar).
+        after: the token's text the grammar is fed (after an explicit end marker; from an
+            implicit one's start, the marker included).
+    """
+
+    boundary: str
+    marker: str
+    before: str
+    after: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
 class StepRecord:
     """Everything known about one generation step; see ``shared/API.md`` for each field.
 
@@ -290,6 +313,11 @@ class StepRecord:
     classes: dict[str, int] | None = None
     #: the labels of the alarms that held at this step (see app.engine.stepper.breakpoints)
     alarms: tuple[str, ...] = ()
+    #: the token crosses the reasoning's end: which of its bytes the grammar was fed
+    straddle: Straddle | None = None
+    #: the grammar allowed tokens, but ``min_tokens``' processor removed them all (only stops
+    #: were allowed): with :attr:`empty_mask`, "empty mask: vLLM aborts this request"
+    emptied_by_processors: bool = False
 
     #: the grammar's mask allowed no token here (``masked`` and ``allowed_count`` 0): set from
     #: those two, never given
@@ -302,6 +330,7 @@ class StepRecord:
         """JSON-ready form: bytes as base64, tuples as lists; the remote-only fields when set."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["alarms"] = list(self.alarms)
+        out["straddle"] = self.straddle.to_dict() if self.straddle else None
         out["segment"] = self.segment.to_dict() if self.segment else None
         if self.inexact is None:
             del out["inexact"], out["blocked_mass_max"]

@@ -105,6 +105,14 @@ class SnapshotStore(ABC):
         """The tests' verdicts' JSON text of a snapshot (None: none stored, or no snapshot)."""
 
     @abstractmethod
+    def _insert_suite(self, row: StoredRow) -> bool:
+        """Insert a suite's row unless its id is taken, durably; whether it was inserted."""
+
+    @abstractmethod
+    def _select_suite(self, suite_id: str) -> StoredRow | None:
+        """The suite's row with this id."""
+
+    @abstractmethod
     def _page(self, after: tuple[float, str], batch: int) -> list[StoredRow]:
         """Up to ``batch`` rows stored after ``after`` (created_at, id), in that order."""
 
@@ -205,6 +213,39 @@ class SnapshotStore(ABC):
             return None
         verdicts: dict[str, Any] = json.loads(text)
         return verdicts
+
+    def put_suite(self, suite_id: str, content: dict[str, Any], *, max_bytes: int) -> bool:
+        """Keep a checked suite (its sources and report) under ``suite_id``, the hash of what
+        was checked (so not of this content, which holds timings); a second put of the same id
+        keeps the first.
+
+        Returns:
+            Whether it was new.
+
+        Raises:
+            SnapshotTooLarge: the content is larger than ``max_bytes``.
+            StoreUnavailable: the database cannot be reached.
+        """
+        text = canonical_json(content)
+        size = len(text.encode("utf-8"))
+        if size > max_bytes:
+            raise SnapshotTooLarge(
+                f"the suite's report is {size} bytes; a suite may keep {max_bytes} "
+                "(MASKSCOPE_SUITE_REPORT_MAX_BYTES)"
+            )
+        return self._insert_suite(StoredRow(suite_id, text, time.time()))
+
+    def get_suite(self, suite_id: str) -> tuple[dict[str, Any], float] | None:
+        """A kept suite and its creation time, or None.
+
+        Raises:
+            StoreUnavailable: the database cannot be reached.
+        """
+        row = self._select_suite(suite_id)
+        if row is None:
+            return None
+        content: dict[str, Any] = json.loads(row.content)
+        return content, row.created_at
 
     def get(self, snapshot_id: str) -> tuple[dict[str, Any], float] | None:
         """The snapshot and its creation time, or None.

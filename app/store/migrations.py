@@ -64,6 +64,20 @@ MIGRATIONS: tuple[Migration, ...] = (
         sqlite=("ALTER TABLE snapshots ADD COLUMN verdicts TEXT",),
         postgres=("ALTER TABLE snapshots ADD COLUMN IF NOT EXISTS verdicts TEXT",),
     ),
+    Migration(
+        4,
+        "the suite reports (the Suite view's permalinks)",
+        # A table of their own: a suite's id hashes what was checked (its sources, stacks,
+        # engines, options, model), never the report, which holds timings.
+        sqlite=(
+            "CREATE TABLE IF NOT EXISTS suites (id TEXT PRIMARY KEY, content TEXT NOT NULL, "
+            "created_at REAL NOT NULL) WITHOUT ROWID",
+        ),
+        postgres=(
+            "CREATE TABLE IF NOT EXISTS suites (id TEXT PRIMARY KEY, content TEXT NOT NULL, "
+            "created_at DOUBLE PRECISION NOT NULL)",
+        ),
+    ),
 )
 
 #: The newest version this code knows.

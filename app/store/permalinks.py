@@ -125,6 +125,21 @@ class SqliteStore(SnapshotStore):
             ).fetchone()
         return None if found is None else found[0]
 
+    def _insert_suite(self, row: StoredRow) -> bool:
+        with self._connect() as db:
+            inserted: int = db.execute(
+                "INSERT OR IGNORE INTO suites (id, content, created_at) VALUES (?, ?, ?)",
+                (row.id, row.content, row.created_at),
+            ).rowcount
+        return inserted > 0
+
+    def _select_suite(self, suite_id: str) -> StoredRow | None:
+        with self._connect() as db:
+            found = db.execute(
+                "SELECT id, content, created_at FROM suites WHERE id = ?", (suite_id,)
+            ).fetchone()
+        return None if found is None else StoredRow(found[0], found[1], float(found[2]))
+
     def _page(self, after: tuple[float, str], batch: int) -> list[StoredRow]:
         with self._connect() as db:
             page = db.execute(

@@ -176,6 +176,22 @@ class PostgresStore(SnapshotStore):
             ).fetchone()
         return None if found is None else found[0]
 
+    def _insert_suite(self, row: StoredRow) -> bool:
+        with self._connection() as conn:
+            cursor = conn.execute(
+                "INSERT INTO suites (id, content, created_at) VALUES (%s, %s, %s) "
+                "ON CONFLICT (id) DO NOTHING",
+                (row.id, row.content, row.created_at),
+            )
+            return cursor.rowcount > 0
+
+    def _select_suite(self, suite_id: str) -> StoredRow | None:
+        with self._connection() as conn:
+            found = conn.execute(
+                "SELECT id, content, created_at FROM suites WHERE id = %s", (suite_id,)
+            ).fetchone()
+        return None if found is None else StoredRow(found[0], found[1], float(found[2]))
+
     def _page(self, after: tuple[float, str], batch: int) -> list[StoredRow]:
         with self._connection() as conn:
             page = conn.execute(

@@ -1,5 +1,6 @@
 """Checked cases kept on disk, keyed by the source (its name and content) × stack × engine ×
-options (and the libraries' versions): an unchanged file costs nothing on the next run."""
+options (and the libraries' versions, a serving stack's as its own process reads them): an
+unchanged file costs nothing on the next run, and a stack upgraded in place is checked again."""
 
 from __future__ import annotations
 
@@ -30,12 +31,27 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def case_key(source: Source, stack: str, engine: str, options: CheckOptions) -> str:
-    """The cache key of one case: a SHA-256 over everything its answer depends on."""
+def case_key(
+    source: Source,
+    stack: str,
+    engine: str,
+    options: CheckOptions,
+    stack_versions: dict[str, str] | None = None,
+) -> str:
+    """The cache key of one case: a SHA-256 over everything its answer depends on.
+
+    Args:
+        source: the source.
+        stack: the stack's name.
+        engine: the masking library.
+        options: the run's options.
+        stack_versions: what the stack's own process imports (vllm, xgrammar, llguidance,
+            transformers); a request's deriving stack's under ``maskscope``.
+    """
     parts = {
         "version": CACHE_VERSION, "name": source.name, "kind": source.kind, "text": source.text,
         "tests": source.tests, "stack": stack, "engine": engine, "options": options.key(),
-        "libraries": _versions(),
+        "libraries": _versions(), "stack_versions": stack_versions or {},
     }  # fmt: skip
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 

@@ -1,8 +1,12 @@
 """Check a suite: every source × stack × engine, the Doctor's examination and the source's unit
 tests, read back from the cache when nothing it depends on changed.
 
-The Doctor examines a source once (it examines xgrammar's compile; llguidance's verdicts are its
-llguidance row); each engine then compiles it for itself and runs the tests on its own grammar.
+The Doctor examines a source once per stack (it examines xgrammar's compile; llguidance's
+verdicts are its llguidance row); each engine then compiles it for itself and runs the tests on
+its own grammar. Under ``maskscope`` the grammar is this app's compile with the run's options;
+under a vLLM stack it is what that release's own code makes of the source, asked through its
+runner (:mod:`app.suite.stacked`): a tools source's tag from its builder, a schema's or grammar's
+refusal or options from its structured-output backend, a request derived by its server's code.
 """
 
 from __future__ import annotations
@@ -14,11 +18,14 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from app.doctor import Doctor, DoctorReport, PydanticSource
 from app.engine import AnyEngine, CompileOptions, GrammarKind, GrammarSpec, MaskingLibrary, presets
+from app.engine.stack_pins import MASKSCOPE
 from app.exceptions import CutShortByLoad, GrammarError, MaskscopeError
 from app.settings import Settings
+from app.suite import stacked
 from app.suite.cache import Cache, case_key
 from app.suite.discovery import Source
 from app.suite.positions import locator_for
@@ -26,9 +33,15 @@ from app.suite.records import Case, CheckOptions, Finding, Level
 from app.suite.unit_tests import test_findings
 from app.suite.verdicts import Place, llguidance_findings, xgrammar_findings
 
+if TYPE_CHECKING:
+    from app.engine.grammars.tools.vllm_builder import VllmBuilder
+
 __all__ = ["ENGINES", "STACKS", "Checker", "spec_for", "with_slow_compiles"]
 
 ENGINES = ("xgrammar", "llguidance")
+#: How a stack's derivation of a request that it leaves free begins
+#: (:func:`app.engine.grammars.request.derived_request`): an ``unconstrained`` finding.
+_CONSTRAINS_NOTHING = "vLLM constrains nothing"
 
 
 def _maskscope_spec(kind: str, text: str, engine: str, options: CheckOptions) -> GrammarSpec:
@@ -40,8 +53,8 @@ def _maskscope_spec(kind: str, text: str, engine: str, options: CheckOptions) ->
     return GrammarSpec(GrammarKind(kind), text, compile_options, library)
 
 
-#: The serving stacks a suite is checked against: how each builds the grammar request. A stack
-#: of ``app/stacks`` is one more entry.
+#: The in-process stack: how it builds the grammar request. The vLLM stacks (``MASKSCOPE_STACKS``,
+#: :func:`app.engine.stacks.configured`) are asked through their runners instead.
 STACKS: dict[str, Callable[[str, str, str, CheckOptions], GrammarSpec]] = {
     "maskscope": _maskscope_spec,
 }
@@ -63,11 +76,30 @@ class _Prepared:
     pydantic: PydanticSource | None = None
 
 
+@dataclass(frozen=True)
+class _View:
+    """A source as one stack masks it.
+
+    Attributes:
+        specs: by engine, what Maskscope compiles (the stack's grammar and options), or the
+            stack's refusal; ``xgrammar``'s is the one the Doctor examines.
+        engine: the engine that compiles it (a ``tools`` source under a vLLM stack: one whose
+            tools builder is that release's).
+        place: where a pointer is in the file.
+        pydantic: the Pydantic source the schema came from.
+    """
+
+    specs: dict[str, GrammarSpec | MaskscopeError]
+    engine: AnyEngine
+    place: Place
+    pydantic: PydanticSource | None = None
+
+
 class Checker:
     """Checks sources with one engine (loaded on the first case the cache does not hold).
 
     Args:
-        settings: the run's settings (the sandbox's limits).
+        settings: the run's settings (the sandbox's limits, the stacks' runners).
         options: what every case is checked with.
         load_engine: loads the engine (the model's tokenizer and the compiler).
         cache: where checked cases are kept (None: no cache).
@@ -81,6 +113,9 @@ class Checker:
         self._load = load_engine
         self._engine: AnyEngine | None = None
         self._lock = threading.Lock()
+        self._stacked: dict[str, AnyEngine] = {}
+        self._versions: dict[str, dict[str, str]] = {}
+        self._default: VllmBuilder | None = None
 
     def engine(self) -> AnyEngine:
         """The engine, loaded on first use."""
@@ -90,7 +125,8 @@ class Checker:
             return self._engine
 
     def close(self) -> None:
-        """Close the engine, if it was loaded."""
+        """Close the engine, if it was loaded (the stacks' runners stay warm for the next
+        call, as every CLI call leaves them)."""
         if self._engine is not None:
             self._engine.close()
 
@@ -102,8 +138,41 @@ class Checker:
             done = pool.map(lambda source: self._source(source, pairs), sources)
             return [case for cases in done for case in cases]
 
+    def builder(self, stack: str) -> VllmBuilder:
+        """The runner of vLLM stack ``stack``; ``maskscope``'s: the default vLLM stack's, which
+        derives its request sources (as ``compile`` does)."""
+        from app.engine.grammars.tools.vllm_builder import VllmBuilder
+        from app.engine.stacks import runner
+
+        if stack != MASKSCOPE:
+            return runner(self.settings, stack)
+        with self._lock:
+            if self._default is None:
+                self._default = VllmBuilder(self.settings)
+            return self._default
+
+    def stack_versions(self, stack: str, kind: str) -> dict[str, str]:
+        """What the stack's own process imports (vllm, xgrammar, ...: part of the cache key, so
+        a stack upgraded in place is checked again); none for ``maskscope`` but a request's
+        deriving stack's."""
+        if stack == MASKSCOPE and kind != "request":
+            return {}
+        with self._lock:
+            found = self._versions.get(stack)
+        if found is None:
+            try:
+                found = self.builder(stack).versions()
+            except MaskscopeError as error:  # the case says so: not kept as a version
+                return {"unavailable": error.message}
+            with self._lock:
+                self._versions[stack] = found
+        return found
+
     def _source(self, source: Source, pairs: list[tuple[str, str]]) -> list[Case]:
-        keys = {pair: case_key(source, *pair, self.options) for pair in pairs}
+        keys = {
+            pair: case_key(source, *pair, self.options, self.stack_versions(pair[0], source.kind))
+            for pair in pairs
+        }
         found: dict[tuple[str, str], Case | None] = {
             pair: self.cache.get(keys[pair]) if self.cache else None for pair in pairs
         }
@@ -122,8 +191,21 @@ class Checker:
             place = _placed(source, locator_for(source.kind, source.text or ""))
             finding = _error_finding(error, place, source)
             return {pair: _case(source, *pair, False, (finding,)) for pair in pairs}
-        report, cut_short = self._examine(source, prepared, pairs)
-        return {pair: self._case(source, prepared, *pair, report, cut_short) for pair in pairs}
+        out: dict[tuple[str, str], Case] = {}
+        for stack in dict.fromkeys(stack for stack, _ in pairs):
+            engines = [engine for each, engine in pairs if each == stack]
+            try:
+                view = self._view(source, prepared, stack, engines)
+            except MaskscopeError as error:
+                finding = _error_finding(error, prepared.place, source)
+                if error.message.startswith(_CONSTRAINS_NOTHING):
+                    finding = dataclasses.replace(finding, level=Level.UNCONSTRAINED)
+                out |= {(stack, e): _case(source, stack, e, False, (finding,)) for e in engines}
+                continue
+            report, cut_short = self._examine(view)
+            for engine in engines:
+                out[(stack, engine)] = self._case(source, view, stack, engine, report, cut_short)
+        return out
 
     def _prepare(self, source: Source) -> _Prepared:
         if source.text is None:
@@ -139,16 +221,88 @@ class Checker:
         pydantic = PydanticSource(source.text, derived.root, validate)
         return _Prepared(json.dumps(derived.schema, indent=2), place, pydantic)
 
-    def _examine(self, source: Source, prepared: _Prepared,
-                 pairs: list[tuple[str, str]]) -> tuple[DoctorReport | None, bool]:  # fmt: skip
-        """The Doctor's report of xgrammar's compile (None when it does not compile), and
-        whether its safety stop cut the examination short."""
-        stack = pairs[0][0]
-        spec = spec_for(stack, source.kind, prepared.text, "xgrammar", self.options)
+    def _view(self, source: Source, prepared: _Prepared, stack: str,
+              engines: list[str]) -> _View:  # fmt: skip
+        """The source as ``stack`` masks it for ``engines`` (and xgrammar, for the Doctor).
+
+        Raises:
+            MaskscopeError: the stack refuses the source as a whole (a request it cannot derive,
+                a tools source it cannot build), or is unavailable.
+        """
+        kind = "json_schema" if source.kind == "pydantic" else source.kind
+        text, place = prepared.text, prepared.place
+        if kind == "request":
+            derived = stacked.derive(self.builder(stack), text, self.engine())
+            kind, text = derived.kind.value, derived.source
+            place = _placed(source, stacked.request_locator(prepared.text, derived))
+            serve = derived.structured_outputs_config
+        else:
+            serve = {}
+        wanted = list(dict.fromkeys(["xgrammar", *engines]))
+        if stack == MASKSCOPE:
+            specs: dict[str, GrammarSpec | MaskscopeError] = {
+                e: _maskscope_spec(kind, text, e, self.options) for e in wanted
+            }
+            return _View(specs, self.engine(), place, prepared.pydantic)
+        if kind == "tools":
+            return self._tools_view(stack, text, wanted, place)
+        specs = {}
+        for engine in wanted:
+            try:
+                specs[engine] = self._stack_compile(stack, kind, text, engine, serve).spec
+            except GrammarError as error:
+                specs[engine] = error
+        return _View(specs, self.engine(), place, prepared.pydantic)
+
+    def _stack_compile(self, stack: str, kind: str, text: str, engine: str,
+                       serve: dict[str, Any]) -> stacked.StackCompile:  # fmt: skip
+        model = self.engine()
+        return stacked.stack_compile(
+            self.builder(stack), kind, text, engine, tokenizer=model.tools.tokenizer,
+            vocab_size=model.model.tokens.vocab_size, serve=serve,
+        )  # fmt: skip
+
+    def _tools_view(self, stack: str, text: str, engines: list[str], place: Place) -> _View:
+        """A tools source under a vLLM stack: the tag that release's builder builds, compiled;
+        each engine's backend in the stack compiles it too, or refuses it."""
         try:
-            report = Doctor.of(self.engine()).examine(
+            named = json.loads(text).get("builder")
+        except (ValueError, AttributeError):
+            named = None
+        if named not in (None, "vllm"):
+            raise GrammarError(
+                f"{stack} builds a tools source's tag with its own tool-call parsers (builder "
+                f'"vllm"); this source names the {named} builder, which that release does not run',
+                pointer="/builder",
+            )
+        model, builder = self.engine(), self.builder(stack)
+        with self._lock:
+            engine = self._stacked.get(stack)
+            if engine is None:
+                engine = self._stacked[stack] = stacked.with_stack_tools(model, builder)
+        specs: dict[str, GrammarSpec | MaskscopeError] = {}
+        for name in engines:
+            spec = GrammarSpec(GrammarKind.TOOLS, text, CompileOptions(), MaskingLibrary(name))
+            _, build = engine.tools.build(spec)
+            specs[name] = spec
+            if build.tag is not None:
+                tag = json.dumps(build.tag)
+                try:
+                    self._stack_compile(stack, "structural_tag", tag, name, {})
+                except GrammarError as error:
+                    specs[name] = error
+        return _View(specs, engine, place)
+
+    def _examine(self, view: _View) -> tuple[DoctorReport | None, bool]:
+        """The Doctor's report of xgrammar's compile of the stack's grammar (None when it does
+        not compile), and whether its safety stop cut the examination short."""
+        spec = view.specs["xgrammar"]
+        if isinstance(spec, MaskscopeError):
+            return None, False
+        try:
+            report = Doctor.of(view.engine).examine(
                 spec, seed=self.options.seed, budget_ms=self.options.budget_ms,
-                pydantic=prepared.pydantic,
+                pydantic=view.pydantic,
             )  # fmt: skip
         except CutShortByLoad:
             return None, True
@@ -157,20 +311,27 @@ class Checker:
         search = report.search
         return report, bool(search and search.cut_short_by_load)
 
-    def _case(self, source: Source, prepared: _Prepared, stack: str, engine: str,
+    def _case(self, source: Source, view: _View, stack: str, engine: str,
               report: DoctorReport | None, cut_short: bool) -> Case:  # fmt: skip
-        spec = spec_for(stack, source.kind, prepared.text, engine, self.options)
+        spec = view.specs[engine]
         try:
-            grammar = self.engine().compile(spec)
+            if isinstance(spec, MaskscopeError):
+                raise spec
+            grammar = view.engine.compile(spec)
         except MaskscopeError as error:
-            finding = _error_finding(error, prepared.place, source)
+            finding = _error_finding(error, view.place, source)
             return _case(source, stack, engine, False, (finding,))
         findings: list[Finding] = []
-        if report is not None:
-            read = xgrammar_findings if engine == "xgrammar" else llguidance_findings
-            findings += read(report, prepared.place, source.path)
-        validate = prepared.pydantic.validate_many if prepared.pydantic else None
-        failed, tests = test_findings(source, self.engine(), grammar, validate)
+        if report is not None and engine == "xgrammar":
+            findings += xgrammar_findings(report, view.place, source.path)
+        elif report is not None:
+            found = llguidance_findings(report, view.place, source.path)
+            # under a serving stack, its own backend said whether llguidance compiles it
+            findings += [
+                f for f in found if stack == MASKSCOPE or f.level is not Level.COMPILE_ERROR
+            ]
+        validate = view.pydantic.validate_many if view.pydantic else None
+        failed, tests = test_findings(source, view.engine, grammar, validate)
         return dataclasses.replace(
             _case(source, stack, engine, True, (*findings, *failed)),
             compile_ms=round(grammar.compile_ms, 3), size_bytes=grammar.size_bytes, tests=tests,

@@ -5,8 +5,9 @@ from __future__ import annotations
 __all__ = ["SUFFIXES", "TESTS_SUFFIX", "kind_of"]
 
 #: Suffix -> source kind. The longest match wins (``x.tools.json`` is tools, not a JSON Schema).
-#: A new source kind is one line here (the stacks issue adds ``.request.json``).
+#: A new source kind is one line here.
 SUFFIXES: dict[str, str] = {
+    ".request.json": "request",
     ".tools.json": "tools",
     ".tag.json": "structural_tag",
     ".json": "json_schema",

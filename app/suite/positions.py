@@ -132,7 +132,7 @@ def locator_for(kind: str, text: str, *, pydantic_root: str | None = None) -> Lo
         if pydantic_root is None:
             return lambda _: None
         return _pydantic_locator(text, pydantic_root)
-    if kind not in ("json_schema", "tools", "structural_tag"):
+    if kind not in ("json_schema", "tools", "structural_tag", "request"):
         return lambda _: None
     positions = json_positions(text)
     return lambda pointer: next(

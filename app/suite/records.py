@@ -28,6 +28,10 @@ class Level(StrEnum):
     SLOW_COMPILE = "slow_compile"  # the compile took at least the threshold
 
 
+#: The levels a source's ``residue`` lists: constraints the grammar does not enforce as written.
+_RESIDUE = (Level.IGNORED, Level.WEAKENED, Level.OVER_RESTRICTED)
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing a check found, at its place in the source's file.
@@ -191,7 +195,37 @@ class SuiteReport:
                 "findings": self.counts(),
             },  # fmt: skip
             "cases": [case.to_dict() for case in self.cases],
+            "sources": self.sources(),
         }
+
+    def sources(self) -> list[dict[str, Any]]:
+        """The contract's view of the cases, source by source (GRID-like): each stack ×
+        engine's result with its ``residue`` (each constraint not enforced as written: its
+        keyword, pointer, place and status), what it leaves ``unconstrained`` and its tests.
+        Read from the cases; :meth:`from_dict` reads ``cases`` back."""
+        grouped: dict[str, dict[str, Any]] = {}
+        for case in self.cases:
+            source = grouped.setdefault(
+                case.source, {"path": case.source, "file": case.file, "kind": case.kind,
+                              "results": []},
+            )  # fmt: skip
+            residue = [
+                {"keyword": f.keyword, "pointer": f.pointer, "line": f.line, "column": f.column,
+                 "status": f.level.value, "message": f.message}
+                | ({"witness": f.witness} if f.witness is not None else {})
+                for f in case.findings if f.level in _RESIDUE
+            ]  # fmt: skip
+            source["results"].append({
+                "stack": case.stack, "engine": case.engine, "compiled": case.compiled,
+                "compile_ms": case.compile_ms, "size_bytes": case.size_bytes, "residue": residue,
+                "unconstrained": [
+                    f"{f.pointer}: {f.message}" if f.pointer else f.message
+                    for f in case.findings if f.level is Level.UNCONSTRAINED
+                ],
+                "tests": case.tests or {"passed": 0, "failed": 0},
+                "cut_short": case.cut_short,
+            })  # fmt: skip
+        return list(grouped.values())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SuiteReport:

@@ -189,5 +189,54 @@
     }
   }
 
-  Object.assign(MS, { select, inspect, resetInspector, markSelected, drawInspectorIfNew });
+  // A permalink's recorded chips, while its live session is rebuilt (issue 45, M5): a click opens
+  // the step as it was recorded at share time (what its chip holds; the mask picture and the
+  // candidates come with the live session, which then opens this same step).
+  function inspectRecorded(chip) {
+    $$("#recorded-tokens .chip.selected").forEach((c) => c.classList.remove("selected"));
+    chip.classList.add("selected");
+    ui.recordedPick = Number(chip.dataset.index);
+    const d = chip.dataset;
+    const section = document.createElement("section");
+    section.id = "inspector";
+    section.className = "inspector panel recorded-step";
+    Object.assign(section.dataset, { recorded: "true", index: d.index, token: d.tokenId });
+    const el = (tag, text, cls) => {
+      const node = document.createElement(tag);
+      if (cls) node.className = cls;
+      if (text !== undefined) node.textContent = text;
+      return node;
+    };
+    const head = el("header", undefined, "insp-head");
+    const title = el("h2", "Recorded step ");
+    title.appendChild(el("b", `#${d.index}`));
+    head.append(title, el("span", chip.textContent, "chosen"), el("span", `id ${d.tokenId}`, "muted"),
+                el("span", "recorded", "badge"));
+    if (d.forced === "true") head.appendChild(el("span", "forced", "badge forced"));
+    const note = el("p", "As it was shared: the live session is being rebuilt, and opens this step with its mask, candidates and parser once ready.", "muted recorded-note");
+    const facts = el("dl", undefined, "facts");
+    const vocab = Number(d.vocab);
+    const rows = [
+      ["allowed", `${Number(d.allowed).toLocaleString("en")} of ${vocab.toLocaleString("en")} tokens`],
+      ["removed by the mask", `${(100 * Number(d.blocked)).toFixed(2)}%`],
+      ["p · rank", `${(100 * Number(d.prob)).toFixed(2)}% · rank ${d.rank}`],
+      ["jump-forward", d.jump ? visible(d.jump) : "—"],
+      ["depth before", d.depth],
+      ["after this token", d.terminated === "true" ? "terminated" : "running"],
+      ["mask vs accept", d.agree === "true" ? "all agree" : "DISAGREE"],
+    ];
+    if (d.emptyMask === "true") rows.push(["empty mask", "empty mask: vLLM aborts this request"]);
+    for (const [name, value] of rows) facts.append(el("dt", name), el("dd", value));
+    section.append(head, note, facts);
+    const inspector = $("#inspector");
+    if (inspector) inspector.replaceWith(section);
+    ui.drawnInspector = section;
+  }
+
+  document.addEventListener("click", (event) => {
+    const chip = event.target.closest && event.target.closest("#recorded-tokens .chip");
+    if (chip) inspectRecorded(chip);
+  });
+
+  Object.assign(MS, { select, inspect, resetInspector, markSelected, drawInspectorIfNew, inspectRecorded });
 })();

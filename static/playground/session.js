@@ -39,10 +39,18 @@
     return adoptSession();
   }
 
-  // A permalink opens on its own model, or on `model` (the picker's) when asked.
+  // A permalink opens on its own model, or on `model` (the picker's) when asked. While its live
+  // session is rebuilt, the progress bar follows the steps replayed (the rebuild is named by a
+  // token of this page's, M5); a recorded chip clicked meanwhile is the step opened after.
   async function openPermalink(id, model = null) {
-    const values = model ? { model } : {};
-    await MS.request("session", "POST", `/ui/permalinks/${encodeURIComponent(id)}/open`, { target: "#session-area", values });
+    const rebuild = rebuildToken();
+    const values = model ? { model, rebuild } : { rebuild };
+    const polling = followRebuild(id, rebuild);
+    try {
+      await MS.request("session", "POST", `/ui/permalinks/${encodeURIComponent(id)}/open`, { target: "#session-area", values });
+    } finally {
+      polling.stop();
+    }
     const adopted = adoptSession();
     // This very answer inspects the step shared (?step) or the last one: the selection starts
     // there (an inspector of this session, so not an older answer read back).
@@ -51,7 +59,41 @@
       ui.selected = Number(inspector.dataset.index);
       ui.follow = ui.selected === $$("#tokens .chip").length - 1;
     }
+    const picked = ui.recordedPick;
+    ui.recordedPick = null;
     MS.refresh();
+    if (adopted && picked !== null && picked !== undefined && picked < chipCount() && picked !== ui.selected) MS.select(picked);
+  }
+
+  const rebuildToken = () => Array.from(crypto.getRandomValues(new Uint8Array(12)), (b) => b.toString(16).padStart(2, "0")).join("");
+
+  // The rebuild's progress, asked every REBUILD_POLL_MS until the open request ends: the bar is
+  // determinate (value of max) from the first answer that knows the rebuild.
+  const REBUILD_POLL_MS = 250;
+  function followRebuild(id, rebuild) {
+    let stopped = false, timer = null;
+    const url = MS.url(`/ui/permalinks/${encodeURIComponent(id)}/progress?rebuild=${rebuild}`);
+    async function poll() {
+      if (stopped) return;
+      try {
+        const response = await fetch(url);
+        if (response.ok) showRebuild(await response.json());
+      } catch (error) { /* the server is busy or away: ask again */ }
+      if (!stopped) timer = setTimeout(poll, REBUILD_POLL_MS);
+    }
+    timer = setTimeout(poll, 0);
+    return { stop() { stopped = true; clearTimeout(timer); } };
+  }
+
+  function showRebuild({ done, total }) {
+    const bar = $("#replaying progress");
+    if (!bar || done === null || !total) return;
+    bar.max = total;
+    bar.value = done;
+    bar.dataset.done = String(done);
+    bar.title = `${done} of ${total} steps rebuilt`;
+    const count = $("#replaying .rebuilt");
+    if (count) count.textContent = `${done} / ${total}`;
   }
 
   async function share() {
@@ -325,6 +367,11 @@
     } catch (_) { /* keep the plain message */ }
     toast(message);
   }
+  // The end rules (min tokens, stop ids, stop) sit outside the form, beside max tokens: a change
+  // of them is a new session's, as any change of setup.
+  document.addEventListener("input", (event) => {
+    if (event.target.closest && event.target.closest(".end-rule")) MS.configChanged(false);
+  });
   document.addEventListener("htmx:sseOpen", (event) => {
     const source = event.detail.source;
     source.addEventListener("shutdown", () => onServerShutdown(source));

@@ -1,6 +1,8 @@
 // The timeline under the output: depth, allowed tokens (log) and probability removed per step;
 // for a structural tag, its segments as bands behind them, and the unmasked steps (the
-// reasoning, under mask_after_end) as a slate strip along the top.
+// reasoning, under mask_after_end) as a slate strip along the top. The class strip
+// (classes.js) has its own lane along the bottom; an empty mask (vLLM aborts the request there) is
+// a full-height black mark, a token that straddles the reasoning's end a violet notch on top.
 (() => {
   "use strict";
   const { $, $$, ui } = MS;
@@ -17,26 +19,30 @@
     ctx.scale(scale, scale);
     ctx.clearRect(0, 0, width, height);
     const chips = $$("#tokens .chip");
-    if (!chips.length) return;
+    if (!chips.length) { drawFlags(ctx, [], 1, height, canvas); return; }
     const n = Math.max(chips.length, 32);
     const w = width / n;
     const data = chips.map((c) => ({ depth: Number(c.dataset.depth), allowed: Number(c.dataset.allowed),
                                      blocked: Number(c.dataset.blocked), vocab: Number(c.dataset.vocab),
                                      disagree: c.dataset.agree === "false",
-                                     rollback: c.dataset.rollback === "differs" }));
+                                     rollback: c.dataset.rollback === "differs",
+                                     empty: c.dataset.emptyMask === "true", straddle: c.dataset.straddle !== undefined }));
     drawSegments(ctx, chips, w, height, canvas);
+    // the lines and bars stand above the class strip's lane, never over it
+    const plot = height - CLASS_LANE;
     const maxDepth = Math.max(1, ...data.map((d) => d.depth));
     const logVocab = Math.log10(data[0].vocab || 49152);
     ctx.fillStyle = "rgba(225, 29, 72, 0.45)";
-    data.forEach((d, i) => { const h = d.blocked * (height - 4); ctx.fillRect(i * w, height - h, Math.max(w - 0.5, 0.5), h); });
-    line(ctx, data, w, "#0d9488", 1.5, (d) => height - 2 - (Math.log10(Math.max(d.allowed, 1)) / logVocab) * (height - 6));
-    line(ctx, data, w, "#4f46e5", 2, (d) => height - 2 - (d.depth / maxDepth) * (height - 10));
+    data.forEach((d, i) => { const h = d.blocked * (plot - 4); ctx.fillRect(i * w, plot - h, Math.max(w - 0.5, 0.5), h); });
+    line(ctx, data, w, "#0d9488", 1.5, (d) => plot - 2 - (Math.log10(Math.max(d.allowed, 1)) / logVocab) * (plot - 6));
+    line(ctx, data, w, "#4f46e5", 2, (d) => plot - 2 - (d.depth / maxDepth) * (plot - 10));
     // Steps where the mask and accept_token disagreed: a full-height amber mark.
     ctx.fillStyle = "rgba(180, 83, 9, 0.85)";
     data.forEach((d, i) => { if (d.disagree) ctx.fillRect(i * w, 0, Math.max(w - 0.5, 2), height); });
     // Steps after a rollback that did not restore the matcher: a full-height crimson mark.
     ctx.fillStyle = "rgba(159, 18, 57, 0.9)";
     data.forEach((d, i) => { if (d.rollback) ctx.fillRect(i * w, 0, Math.max(w - 0.5, 2), height); });
+    drawFlags(ctx, data, w, height, canvas);
     (window.maskscopeTimelineHooks || []).forEach((hook) => hook(ctx, chips, w, height));
     if (ui.selected !== null && ui.selected < data.length) {
       ctx.fillStyle = "rgba(30, 27, 75, 0.18)";
@@ -55,6 +61,34 @@
     tag_end: "rgba(245, 158, 11, 0.25)",
   };
   const UNMASKED = "rgb(71, 85, 105)";
+  const CLASS_LANE = 10;  // the class strip's height (classes.js) and a 2 px gap above it
+
+  // An empty mask (vLLM aborts the request at that step): a full-height black mark; a token that
+  // straddles the reasoning's end: a violet notch along the top. The steps are written on the
+  // canvas (data-empty-masks, data-straddles) for tests and tools, and each legend entry shows
+  // only while the timeline has one.
+  function drawFlags(ctx, data, w, height, canvas) {
+    const empty = [], straddles = [];
+    data.forEach((d, i) => {
+      if (d.empty) {
+        empty.push(i);
+        ctx.fillStyle = "rgba(15, 23, 42, 0.9)";
+        ctx.fillRect(i * w, 0, Math.max(w - 0.5, 3), height);
+      }
+      if (d.straddle) {
+        straddles.push(i);
+        ctx.fillStyle = "rgb(124, 58, 237)";
+        ctx.beginPath();
+        ctx.moveTo(i * w, 0); ctx.lineTo((i + 1) * w, 0); ctx.lineTo((i + 0.5) * w, 10);
+        ctx.closePath(); ctx.fill();
+      }
+    });
+    canvas.dataset.emptyMasks = empty.join(",");
+    canvas.dataset.straddles = straddles.join(",");
+    const legend = (name) => document.querySelector(`.timeline-legend .${name}`);
+    if (legend("flag-empty")) legend("flag-empty").hidden = !empty.length;
+    if (legend("flag-straddle")) legend("flag-straddle").hidden = !straddles.length;
+  }
 
   // Runs of equal segments become bands; the runs are also written on the canvas
   // (data-segments "kind:first-last,...", data-unmasked the count) for tests and tools.

@@ -1,32 +1,43 @@
-"""The template round trip against vLLM 0.32.0's own tags (its builder in .venv-vllm, real
-xgrammar, the real Qwen3.6 tokenizer): Qwen3's hermes template (a fixture, with its licence)
-writes `\\n` between two parallel calls, which the hermes tag under `required` refuses."""
+"""The template round trip against vLLM 0.32.0's own code (its builder in .venv-vllm, real
+xgrammar, the real Qwen3.6 and DeepSeek V4 tokenizers).
+
+- Qwen3's hermes template (a fixture, with its licence) writes `\\n` between two parallel calls,
+  which the hermes tag under `required` refuses, walked by Maskscope's xgrammar and by the
+  stack's own backend alike.
+- The qwen3.6 template's turns through `qwen3_coder`'s tag, walked by the stack, get the verdict
+  an oracle (``roundtrip_oracle.py``: vLLM's tool parser, backend and reasoning parser called the
+  obvious way, in vLLM's own environment) gets on the same text.
+- DeepSeek V4's turns, rendered by vLLM's own encoder, are accepted by the `deepseek_v4` tag.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
-from app.doctor.roundtrip import REFUSES_OWN_FORMAT, minimal_value, round_trip
+from app.doctor.roundtrip import REFUSES_OWN_FORMAT, RoundTrip, minimal_value, round_trip
 from app.engine import Engine
 from app.engine.factories.tokenizer_only import TokenizerModel, open_tokenizer
 from app.engine.grammars.tools.base import ToolsRequest
 from app.engine.grammars.tools.vllm_builder import VllmBuilder
-from app.engine.model.chat_templates import ChatTemplate, template_for
-from app.engine.model.shipped_tokenizers import tokenizer_dir
+from app.engine.model.chat_templates import ChatTemplate, render, template_for
+from app.engine.stacks import close_runners
 from app.settings import Settings
+from tests.vllm_oracle import run_vllm
 from tests.vllm_server import VLLM
 
 pytestmark = pytest.mark.server  # vLLM's tools runner: a real process
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "templates"
+ORACLE = Path(__file__).resolve().with_name("roundtrip_oracle.py")
+MESSAGES = [{"role": "user", "content": "Use the tools."}]  # the round trip's default
 WEATHER: dict[str, Any] = {
     "type": "function",
     "function": {
@@ -41,15 +52,16 @@ WEATHER: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def settings() -> Settings:
+def settings() -> Iterator[Settings]:
     tmp = Path(tempfile.mkdtemp(prefix="roundtrip-"))
-    return Settings(
+    yield Settings(
         db_path=tmp / "p.db",
         compile_workers=1,
         vllm_python=VLLM.parent / "python",
         vllm_timeout_s=600,
         stack_runner_dir=tmp / "runners",
     )
+    close_runners()  # the command's --stack runner
 
 
 @pytest.fixture(scope="module")
@@ -66,26 +78,64 @@ def builder(settings: Settings) -> Iterator[VllmBuilder]:
         yield built
 
 
-def _tag_for(builder: VllmBuilder, parser: str, tokenizer: str) -> Any:
-    def tag_for(reasoning: bool) -> tuple[Any, str | None]:
-        request = ToolsRequest(
+@pytest.fixture(scope="module")
+def deepseek(settings: Settings) -> Iterator[Engine[TokenizerModel]]:
+    engine = open_tokenizer(settings, "deepseek-v4")
+    assert engine is not None
+    yield engine
+    engine.close()
+
+
+def _request_for(parser: str, reasoning_parser: str) -> Callable[[bool], ToolsRequest]:
+    def request_for(reasoning: bool) -> ToolsRequest:
+        return ToolsRequest(
             builder="vllm", format=parser, tools=(WEATHER,), tool_choice="required",
             strict_tool_calling=True, reasoning="enabled" if reasoning else "disabled",
-            reasoning_parser="qwen3" if reasoning else None,
+            reasoning_parser=reasoning_parser if reasoning else None,
         )  # fmt: skip
-        built = builder.build(request, tokenizer)
+
+    return request_for
+
+
+def _tag_for(
+    builder: VllmBuilder, parser: str, tokenizer: str, reasoning_parser: str = "qwen3"
+) -> Any:
+    request_for = _request_for(parser, reasoning_parser)
+
+    def tag_for(reasoning: bool) -> tuple[Any, str | None]:
+        built = builder.build(request_for(reasoning), tokenizer)
         assert built.tag is not None, built.reason
         return built.tag, built.reasoning_end
 
     return tag_for
 
 
+def _walked(
+    engine: Engine[TokenizerModel],
+    builder: VllmBuilder,
+    template: ChatTemplate,
+    parser: str,
+    reasoning_parser: str,
+    *,
+    on_stack: bool,
+) -> list[RoundTrip]:
+    """The round trip of WEATHER, walked by Maskscope's xgrammar or by the stack's own code."""
+    tokenizer = engine.tools.tokenizer
+    tag_for = _tag_for(builder, parser, tokenizer, reasoning_parser)
+    if not on_stack:
+        return round_trip(engine, template, [WEATHER], tag_for)
+    return round_trip(
+        engine, template, [WEATHER], tag_for, stack=builder, tokenizer=tokenizer,
+        request_for=_request_for(parser, reasoning_parser),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("on_stack", [False, True], ids=["maskscope", "vllm-0.32.0"])
 def test_hermes_two_calls_are_refused_at_the_newline_between_them(
-    qwen: Engine[TokenizerModel], builder: VllmBuilder, tmp_path: Path
+    qwen: Engine[TokenizerModel], builder: VllmBuilder, on_stack: bool
 ) -> None:
     hermes = ChatTemplate((FIXTURES / "qwen3.jinja").read_text(), "pasted", "Qwen3's template")
-    tokenizer = str(tokenizer_dir("qwen3.6", tmp_path))
-    results = round_trip(qwen, hermes, [WEATHER], _tag_for(builder, "hermes", tokenizer))
+    results = _walked(qwen, builder, hermes, "hermes", "qwen3", on_stack=on_stack)
     by_case = {(r.case, r.reasoning): r for r in results}
     assert by_case[("one call get_weather", False)].accepted
     two = by_case[("two parallel calls", False)]
@@ -98,20 +148,53 @@ def test_hermes_two_calls_are_refused_at_the_newline_between_them(
     assert finding is not None and finding.startswith(REFUSES_OWN_FORMAT)
 
 
-def test_the_qwen36_template_round_trips_through_qwen3_coders_tag(
-    qwen: Engine[TokenizerModel], builder: VllmBuilder, tmp_path: Path
+def test_the_qwen36_template_through_qwen3_coders_tag_gets_the_oracles_verdict(
+    qwen: Engine[TokenizerModel], builder: VllmBuilder
 ) -> None:
     template = template_for(qwen.model.tokens, shipped="qwen3.6")
     assert template.origin == "shipped" and template.licence == "Apache-2.0"
-    tokenizer = str(tokenizer_dir("qwen3.6", tmp_path))
-    results = round_trip(qwen, template, [WEATHER], _tag_for(builder, "qwen3_coder", tokenizer))
-    plain = [r for r in results if not r.reasoning]
-    assert plain and all(r.accepted for r in plain), [r.finding() for r in plain]
-    # with reasoning, the template writes a blank line after </think>, which the tag under
-    # `required` refuses (the batch vLLM logged in PR #46272: newline, </think>, blank line)
-    reasoned = [r for r in results if r.reasoning]
-    for r in reasoned:
-        assert not r.accepted and r.offset == r.text.find("</think>") + len("</think>")
+    results = _walked(qwen, builder, template, "qwen3_coder", "qwen3", on_stack=True)
+    assert {r.reasoning for r in results} == {False, True} and len(results) == 4
+    tokens = qwen.model.tokens
+    cases = []
+    for r in results:
+        kwargs = {"enable_thinking": r.reasoning, "thinking": r.reasoning}
+        prompt = render(template, tokens, MESSAGES, tools=[WEATHER], **kwargs).text
+        cases.append(
+            {
+                "tokenizer": qwen.tools.tokenizer,
+                "vocab_size": tokens.vocab_size,
+                "format": "qwen3_coder",
+                "tools": [WEATHER],
+                "tool_choice": "required",
+                "reasoning_parser": "qwen3" if r.reasoning else None,
+                "chat_template_kwargs": kwargs,
+                "prompt": prompt,
+                "text": r.text,
+            }
+        )
+    oracle = run_vllm(ORACLE.read_text(), {"cases": cases})["results"]
+    for r, said in zip(results, oracle, strict=True):
+        # the same ids on both sides: the text's tokens, then the end-of-turn token
+        assert said["ids"] == [*tokens.encode(r.text), tokens.tokenizer.eos_token_id]
+        label = f"{r.case}, reasoning {r.reasoning}"
+        assert (r.accepted, r.token_index) == (said["accepted"], said["refused_at"]), label
+
+
+def test_deepseek_v4s_turns_rendered_by_vllms_encoder_are_accepted_by_its_tag(
+    deepseek: Engine[TokenizerModel], builder: VllmBuilder
+) -> None:
+    template = template_for(deepseek.model.tokens, shipped="deepseek-v4")
+    assert template.text is None and template.mode == "deepseek_v4"  # the stack's encoder
+    results = _walked(deepseek, builder, template, "deepseek_v4", "deepseek_v4", on_stack=True)
+    assert len(results) == 4
+    for r in results:
+        assert r.text.count('<｜DSML｜invoke name="get_weather">') == (
+            2 if r.case == "two parallel calls" else 1
+        )
+        assert r.accepted, r.finding()
+    reasoned = next(r for r in results if r.reasoning)
+    assert reasoned.text.startswith("Let me call the tool.</think>")
 
 
 @pytest.mark.parametrize(
@@ -132,8 +215,9 @@ def test_a_minimal_value_is_valid_for_its_schema(schema: dict[str, Any], value: 
     jsonschema.validate(value, schema)
 
 
+@pytest.mark.parametrize("stack", ["maskscope", "vllm-0.32.0"])
 def test_the_command_exits_1_on_the_refused_parallel_calls(
-    settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str], stack: str
 ) -> None:
     from app.cli import roundtrip
 
@@ -143,7 +227,7 @@ def test_the_command_exits_1_on_the_refused_parallel_calls(
     roundtrip.add_arguments(parser)
     args = parser.parse_args(
         ["--tools", str(tools), "--parser", "hermes", "--template",
-         str(FIXTURES / "qwen3.jinja"), "--json"]
+         str(FIXTURES / "qwen3.jinja"), "--json", "--stack", stack]
     )  # fmt: skip
     assert roundtrip.run(args, settings) == 1
     printed = json.loads(capsys.readouterr().out)

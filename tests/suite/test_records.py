@@ -75,6 +75,28 @@ def test_the_report_round_trips_through_json() -> None:
     assert SuiteReport.from_dict(report.to_dict()) == report
 
 
+def test_the_json_report_lists_each_sources_results_as_the_contract_does() -> None:
+    free = Finding(Level.UNCONSTRAINED, "not strict", "/tools/0")
+    broken = Finding(Level.COMPILE_ERROR, "does not parse")
+    cases = (case("a.json", WEAK), case("a.json", engine="llguidance"),
+             dataclasses.replace(case("t.tools.json", free), tests={"passed": 2, "failed": 1}),
+             case("b.json", broken))  # fmt: skip
+    sources = SuiteReport(cases, (Level.WEAKENED,)).to_dict()["sources"]
+    assert [(s["path"], [r["engine"] for r in s["results"]]) for s in sources] == [
+        ("a.json", ["xgrammar", "llguidance"]), ("t.tools.json", ["xgrammar"]),
+        ("b.json", ["xgrammar"]),
+    ]  # fmt: skip
+    (weak,) = sources[0]["results"][0]["residue"]
+    assert (weak["keyword"], weak["pointer"], weak["line"], weak["column"], weak["status"]) == (
+        "not", "/properties/a/not", 4, 7, "weakened",
+    )  # fmt: skip
+    assert sources[0]["results"][1]["residue"] == []
+    tools = sources[1]["results"][0]
+    assert tools["unconstrained"] == ["/tools/0: not strict"]
+    assert tools["tests"] == {"passed": 2, "failed": 1} and tools["residue"] == []
+    assert sources[2]["results"][0]["residue"] == []  # a compile error is no residue
+
+
 def test_the_config_is_maskscope_toml_or_pyproject(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
         '[tool.maskscope]\npaths = ["schemas"]\nfail-on = ["ignored"]\nslow-compile-ms = 5\n'

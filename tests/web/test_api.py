@@ -18,7 +18,7 @@ STEP_KEYS = {
     "blocked_mass", "allowed_count", "vocab_size", "bitmask", "depth", "path", "rules",
     "jump_forward", "probe", "mask_accept_agree", "engine", "forward_ms", "mask_us", "total_ms",
     "terminated", "allowed_tokens", "follower", "drafts", "rollback", "masked", "segment",
-    "alarms", "classes", "empty_mask",
+    "alarms", "classes", "straddle", "emptied_by_processors", "empty_mask",
 }  # fmt: skip
 
 

@@ -34,7 +34,7 @@ def _session(client: TestClient, **overrides: str) -> str:
 
 PLAYGROUND_SCRIPTS = [
     "core", "editor", "config", "tools", "inspector", "timeline", "classes", "session", "breaks",
-    "instruments", "replay", "keys", "layout",
+    "instruments", "replay", "replay_texts", "keys", "layout",
 ]  # fmt: skip
 
 

@@ -46,6 +46,23 @@ def _untimed(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in s.items() if k not in TIMINGS} for s in steps]
 
 
+def _assert_close(one: Any, other: Any, where: str = "") -> None:
+    """Equal, but for floats within 1e-4: a permalink shared from a session reopens with its
+    recorded tokens' forward passes run in one (#45), within float error of a pass a step."""
+    if isinstance(one, float) and isinstance(other, float):
+        assert one == pytest.approx(other, abs=1e-4), where
+    elif isinstance(one, dict) and isinstance(other, dict):
+        assert one.keys() == other.keys(), where
+        for key in one:
+            _assert_close(one[key], other[key], f"{where}/{key}")
+    elif isinstance(one, list) and isinstance(other, list):
+        assert len(one) == len(other), where
+        for index, (a, b) in enumerate(zip(one, other, strict=True)):
+            _assert_close(a, b, f"{where}/{index}")
+    else:
+        assert one == other, where
+
+
 def _share(api: TestClient, **overrides: Any) -> Any:
     return api.post("/api/permalinks", json={**session_body(max_tokens=30), **overrides})
 
@@ -106,7 +123,7 @@ def test_a_live_session_shares_its_steps_and_reopens_identically(api: TestClient
         {"op": "step", "n": 3},
     ]  # fmt: skip
     reopened = api.post(f"/api/permalinks/{snapshot_id}/session").json()
-    assert _untimed(reopened["steps"]) == _untimed(original)
+    _assert_close(_untimed(reopened["steps"]), _untimed(original))
     page = api.get(f"/s/{snapshot_id}").text
     assert f'data-permalink="{snapshot_id}"' in page and 'data-steps="11"' in page
 

@@ -52,6 +52,7 @@ __all__ = [
     "ReasoningName",
     "end_markers",
     "leading_reasoning",
+    "no_marker_advice",
     "reasoning_end",
     "tag_of",
 ]
@@ -184,6 +185,7 @@ class ReasoningGate:
         begin: the reasoning's begin marker, if known (``<think>``), to read the prompt.
         skeleton: what the matcher is fed before the content when the tag has a reasoning block
             of its own: the block, empty (its begin and end strings).
+        advice: what to set when there is no end marker (:func:`no_marker_advice`).
 
     Raises:
         InvalidInput: ``mask_after_end`` with no end marker to wait for.
@@ -196,14 +198,11 @@ class ReasoningGate:
         prompt: str = "",
         begin: str = "",
         skeleton: str = "",
+        *,
+        advice: str = "",
     ) -> None:
         if mode is ReasoningMode.MASK_AFTER_END and not markers:
-            raise InvalidInput(
-                "reasoning mask_after_end needs an end marker, and this grammar has none (a "
-                "structural tag gives one with a leading reasoning block, e.g. xgrammar's "
-                'get_model_structural_tag(..., reasoning="enabled"))',
-                pointer="/reasoning",
-            )
+            raise InvalidInput(_NO_MARKER + (advice or _TAG_ADVICE), pointer="/reasoning")
         self.mode = mode
         self.markers = markers
         self._encoded = tuple((m, m.text.encode()) for m in markers)
@@ -224,7 +223,9 @@ class ReasoningGate:
         block = leading_reasoning(tag.get("format")) if tag else None
         begin = _begin_text(block)
         skeleton = begin + (_marker_text(block.get("end")) or "") if block else ""
-        return cls(mode, end_markers(result), prompt, begin, skeleton)
+        markers = end_markers(result)
+        advice = "" if markers else no_marker_advice(result)
+        return cls(mode, markers, prompt, begin, skeleton, advice=advice)
 
     @property
     def gates(self) -> bool:
@@ -261,6 +262,35 @@ class ReasoningGate:
         """For an unmasked step taking ``token`` after ``output``: the bytes the matcher is fed
         (see :meth:`content`), or None when the reasoning goes on."""
         return self.content(output + token)
+
+
+_NO_MARKER = "reasoning mask_after_end needs an end marker, and this grammar has none: "
+_TAG_ADVICE = (
+    "a structural tag gives one with a leading reasoning block (e.g. xgrammar's "
+    'get_model_structural_tag(..., reasoning="enabled")), or pick none'
+)
+
+
+def no_marker_advice(result: CompileResult) -> str:
+    """What gives a grammar with no reasoning end marker one, for the builder in use: vLLM's
+    builder takes it from the server's ``--reasoning-parser`` (the tools source's
+    ``reasoning_parser``), never from xgrammar's reasoning setting; xgrammar's builder from its
+    reasoning mode; a pasted tag from a leading reasoning block."""
+    if result.tools is None:
+        return _TAG_ADVICE
+    try:
+        builder = json.loads(result.spec.source).get("builder")
+    except (ValueError, AttributeError):
+        builder = None
+    if builder == "vllm":
+        return (
+            "vLLM's builder ends the reasoning where the server's --reasoning-parser does: set "
+            "reasoning_parser (the serve flag) to the model's reasoning parser, or pick none"
+        )
+    return (
+        "xgrammar's builder adds a reasoning block when it is told reasoning enabled: set "
+        "reasoning to enabled, or pick none"
+    )
 
 
 def _closed(prompt: str, markers: tuple[EndMarker, ...], begin: str) -> bool:

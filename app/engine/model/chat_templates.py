@@ -3,7 +3,11 @@
 In order: a template the user pasted (a ``chat_template`` field); the tokenizer's own; for a
 shipped tokenizer without one, its family's published template, shipped under ``templates/``
 with its licence and source (``templates/SOURCES.md``); for DeepSeek V4, which publishes none,
-the stack's encoder (vLLM's ``deepseek_v4_encoding``), named in :data:`STACK_ENCODERS`.
+the stack's own prompt encoder (:data:`STACK_ENCODERS` names the ``--tokenizer-mode`` that
+selects it). An encoder template has no text: :func:`render` hands it to the vLLM stack it is
+bound to (:func:`in_stack`), whose runner renders with that release's encoder
+(``VllmBuilder.render``); which modes have an encoder is the stack's answer
+(``VllmBuilder.encoders``: DeepSeek V3.2, V4 and V4.1 where the release has them).
 
 A tools request renders differently with each option a template may read: each tool's
 ``strict`` flag (vLLM #52741), ``tool_choice`` (``none`` renders without the tools, as vLLM's
@@ -14,9 +18,10 @@ A tools request renders differently with each option a template may read: each t
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from app.engine.tokens import Tokens
 from app.exceptions import InvalidInput
@@ -24,8 +29,10 @@ from app.exceptions import InvalidInput
 __all__ = [
     "STACK_ENCODERS",
     "ChatTemplate",
+    "EncoderStack",
     "OptionCount",
     "Rendered",
+    "in_stack",
     "option_counts",
     "render",
     "server_template",
@@ -41,8 +48,32 @@ SHIPPED_TEMPLATES = {
         "Apache-2.0",
     ),
 }
-#: Shipped tokenizer -> the stack's own encoder, where the family publishes no template.
-STACK_ENCODERS = {"deepseek-v4": "vllm.tokenizers.deepseek_v4_encoding (vLLM 0.32.0)"}
+#: Shipped tokenizer -> the ``--tokenizer-mode`` whose encoder renders its prompts, where the
+#: family publishes no template (the mode DeepSeek V4's model card serves it with; whether a
+#: stack has an encoder for it is that stack's answer, at render time).
+STACK_ENCODERS = {"deepseek-v4": "deepseek_v4"}
+
+
+class EncoderStack(Protocol):
+    """A vLLM stack that renders with its own prompt encoders (``VllmBuilder``)."""
+
+    def encoders(self) -> dict[str, dict[str, str]]:
+        """The stack's encoders by tokenizer mode."""
+        ...
+
+    def render(
+        self,
+        tokenizer: str,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        chat_template: str | None = None,
+        tokenizer_mode: str | None = None,
+    ) -> Any:
+        """The prompt the stack renders (``.text``)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +85,19 @@ class ChatTemplate:
         origin: ``pasted``, ``tokenizer``, ``shipped`` or ``stack``.
         source: where it came from, in words.
         licence: its licence, when shipped.
+        mode: the ``--tokenizer-mode`` whose encoder renders it (origin ``stack``).
+        stack: the stack that renders it and the tokenizer it loads there (None: not bound
+            yet, see :func:`in_stack`).
     """
 
     text: str | None
     origin: str
     source: str
     licence: str | None = None
+    mode: str | None = None
+    stack: tuple[EncoderStack, str] | None = dataclasses.field(
+        default=None, repr=False, compare=False
+    )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the text included)."""
@@ -68,6 +106,7 @@ class ChatTemplate:
             "origin": self.origin,
             "source": self.source,
             "licence": self.licence,
+            "mode": self.mode,
         }
 
 
@@ -126,7 +165,9 @@ def template_for(
             (TEMPLATES / name).read_text(encoding="utf-8"), "shipped", source, licence
         )
     if shipped in STACK_ENCODERS:
-        return ChatTemplate(None, "stack", STACK_ENCODERS[shipped])
+        mode = STACK_ENCODERS[shipped]
+        said = f"the serving stack's prompt encoder of --tokenizer-mode {mode}"
+        return ChatTemplate(None, "stack", said, mode=mode)
     raise InvalidInput(
         "the model's tokenizer has no chat template: paste one in chat_template",
         pointer="/chat_template",
@@ -145,6 +186,29 @@ def server_template(tokens: Tokens, *, shipped: str | None = None) -> str | None
         return None
 
 
+def in_stack(template: ChatTemplate, stack: EncoderStack, tokenizer: str) -> ChatTemplate:
+    """``template`` bound to ``stack`` (its runner loads ``tokenizer``): an encoder template
+    then renders there, named by the encoder the stack reports; any other template is returned
+    as it is.
+
+    Raises:
+        InvalidInput: the stack has no encoder for the template's mode (``/stack``).
+        GrammarError: the stack is unavailable.
+    """
+    if template.text is not None or template.mode is None:
+        return template
+    known = stack.encoders()
+    if template.mode not in known:
+        names = ", ".join(known) or "none"
+        raise InvalidInput(
+            f"this stack has no prompt encoder for --tokenizer-mode {template.mode} "
+            f"(its encoders: {names})",
+            pointer="/stack",
+        )
+    source = f"{known[template.mode]['encoder']}, the serving stack's own encoder"
+    return dataclasses.replace(template, source=source, stack=(stack, tokenizer))
+
+
 def render(
     template: ChatTemplate,
     tokens: Tokens,
@@ -156,12 +220,31 @@ def render(
 ) -> Rendered:
     """``messages`` (and ``tools``) rendered by ``template``, with its token count.
 
+    A stack's encoder template renders in the stack it is bound to (``variables`` are its
+    ``chat_template_kwargs``); its count is on ``tokens``, as any other template's.
+
     Raises:
         InvalidInput: the template fails to render (its message), or it is a stack's encoder
-            (rendered in the stack's runner, not here).
+            bound to no stack (:func:`in_stack`).
+        GrammarError: the stack refuses the messages, or is unavailable.
     """
     if template.text is None:
-        raise InvalidInput(f"this template is the stack's encoder ({template.source})")
+        if template.stack is None:
+            raise InvalidInput(
+                f"this template is the stack's encoder ({template.source}): it renders in a "
+                "vLLM stack's runner only, pick a stack",
+                pointer="/stack",
+            )
+        stack, tokenizer = template.stack
+        text = stack.render(
+            tokenizer,
+            messages,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            chat_template_kwargs=variables,
+            tokenizer_mode=template.mode,
+        ).text
+        return Rendered(text, len(tokens.encode(text)))
     try:
         text = tokens.tokenizer.apply_chat_template(
             messages,

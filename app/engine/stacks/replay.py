@@ -7,11 +7,19 @@ really builds), its backend, its reasoning parser's end detection and its
 ``StructuredOutputManager.grammar_bitmask``. Here the answer becomes a
 :class:`~app.engine.records.ReplayResult` in the vocabulary of the model, with the stack and the
 library that filled the masks (``mask_by``), and a refusal's cause in the stack's terms.
+
+With end rules (``min_tokens``, ``stop_token_ids``, ``stop``), the request carries its
+``stop_token_ids`` (so the stack hands xgrammar its whole stop set), every row comes back, and
+one more step is walked after the last token, the model's end token, to read the stack's row
+there (where a complete document allows only a stop); that step is not part of the answer's
+tokens, only of its ``end`` report (:class:`~app.engine.stepper.stops.EndWalk`, fed the stack's
+rows).
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -23,12 +31,13 @@ from app.engine.grammars.reasoning import tag_of
 from app.engine.grammars.spec import CompileResult, GrammarKind
 from app.engine.grammars.tools.request import parse_tools
 from app.engine.grammars.tools.vllm_builder import build_message
-from app.engine.mask import allowed_vector
+from app.engine.mask import allowed_array, allowed_vector
 from app.engine.mask_summary import summarize_mask
 from app.engine.records import Refusal, Rejection, ReplayResult, ReplayToken
 from app.engine.stack_pins import ServeFlags
 from app.engine.stacks.causes import stack_cause
 from app.engine.stepper.refusal import spell
+from app.engine.stepper.stops import EndRules, EndWalk, end_walk
 from app.engine.tokens import Tokens
 from app.exceptions import InvalidInput
 
@@ -90,6 +99,8 @@ def stack_replay(
     bitmask_for: Collection[int] = (),
     serve: ServeFlags | None = None,
     prompt_ids: Sequence[int] = (),
+    end_rules: EndRules | None = None,
+    model: Any = None,
 ) -> ReplayResult:
     """Walk ``text`` (tokenized as the model would) then ``token_ids`` as the stack
     ``builder`` runs would, on ``tokenizer``.
@@ -99,9 +110,12 @@ def stack_replay(
         tokens: the model's vocabulary (its size is the rows' width).
         bitmask_for: the indices whose row is kept (a refused step's always is).
         prompt_ids: the prompt's ids (a prompt that closed the reasoning masks from token 0).
+        end_rules: ``min_tokens``, ``stop_token_ids`` and ``stop``: the result's ``end`` reports
+            the end of generation on the stack's rows.
+        model: the model whose stop ids these are (where its stop list came from, in words).
 
     Raises:
-        InvalidInput: an id outside the vocabulary.
+        InvalidInput: an id outside the vocabulary, or a bad end rule (its pointer).
         GrammarError: the stack refuses the request, or is unavailable.
     """
     return stack_walk(
@@ -113,6 +127,8 @@ def stack_replay(
         bitmask_for=bitmask_for,
         serve=serve,
         prompt_ids=prompt_ids,
+        end_rules=end_rules,
+        model=model,
     ).result
 
 
@@ -126,11 +142,13 @@ def stack_walk(
     bitmask_for: Collection[int] = (),
     serve: ServeFlags | None = None,
     prompt_ids: Sequence[int] = (),
+    end_rules: EndRules | None = None,
+    model: Any = None,
 ) -> StackWalk:
     """:func:`stack_replay` of the token ids ``ids``, with the grammar the stack masked with.
 
     Raises:
-        InvalidInput: an id outside the vocabulary.
+        InvalidInput: an id outside the vocabulary, or a bad end rule (its pointer).
         GrammarError: the stack refuses the request, or is unavailable.
     """
     ids = list(ids)
@@ -141,20 +159,91 @@ def stack_walk(
                 pointer=f"/token_ids/{position}",
             )
     flags = serve or ServeFlags()
-    message, strict = _message(grammar, ids, bitmask_for, flags)
+    end = None if end_rules is None else _stack_end(grammar, tokens, end_rules, model)
+    probe = None if end is None else _probe(end)
+    walked = ids if probe is None else [*ids, probe]
+    keep = range(len(walked)) if end is not None else bitmask_for
+    message, strict = _message(grammar, walked, keep, flags)
     message["vocab_size"] = tokens.vocab_size
     message["prompt_token_ids"] = list(prompt_ids)
+    if end_rules is not None:
+        message["stop_token_ids"] = list(end_rules.stop_token_ids)
     answer = builder.replay(message, tokenizer, strict)
+    if end is not None:
+        answer = _ended(answer, end, tokens, len(ids), set(bitmask_for))
     versions = builder.versions()
     mask_by = {"stack": builder.stack.name, **answer["mask_by"]}
     steps = tuple(_token(tokens, step) for step in answer["steps"])
     grammar_text = str(answer.get("grammar_text") or "")
+    ended = answer.get("end")
     if answer["refused_at"] is None:
-        result = ReplayResult(True, bool(answer["terminated"]), steps, None, mask_by=mask_by)
+        complete = bool(answer["terminated"])
+        result = ReplayResult(True, complete, steps, None, mask_by=mask_by, end=ended)
         return StackWalk(result, grammar_text)
     rejection, refusal = _refusal(tokens, answer, ids, versions, flags)
-    result = ReplayResult(False, False, steps, rejection, refusal=refusal, mask_by=mask_by)
+    result = ReplayResult(
+        False, False, steps, rejection, refusal=refusal, mask_by=mask_by, end=ended
+    )
     return StackWalk(result, grammar_text)
+
+
+def _stack_end(grammar: CompileResult, tokens: Tokens, rules: EndRules, model: Any) -> EndWalk:
+    """The end walk of a replay under a stack: the grammar's stops are the whole set vLLM hands
+    xgrammar (``all_stop_token_ids``), the request's ``stop_token_ids`` among them."""
+    walk = end_walk(grammar, tokens, rules, model=model)
+    stops = dataclasses.replace(walk.stops, grammar_stops=walk.stops.to_xgrammar)
+    return EndWalk(tokens, rules, stops)
+
+
+def _probe(end: EndWalk) -> int | None:
+    """The token walked after the last one, to read the stack's row there: the model's EOS
+    (None: the model has no stop token at all)."""
+    stops = end.stops
+    if stops.tokenizer_eos is not None:
+        return stops.tokenizer_eos
+    return stops.to_xgrammar[0] if stops.to_xgrammar else None
+
+
+def _ended(
+    answer: dict[str, Any], end: EndWalk, tokens: Tokens, walked: int, keep: set[int]
+) -> dict[str, Any]:
+    """``answer`` without its probe step, its rows fed to ``end`` (the report as ``end``), and
+    only the rows the caller asked for kept."""
+    steps = list(answer["steps"])
+    probe = steps[walked] if len(steps) > walked else None
+    steps = steps[:walked]
+    refused_at = answer["refused_at"]
+    if refused_at == walked:
+        refused_at = None
+    for index, step in enumerate(steps):
+        taken = step["allowed"] and step.get("accepted", False)
+        end.step(index, _row(step, tokens), step["token_id"] if taken else None)
+    if probe is not None:
+        end.step(walked, _row(probe, tokens), None)
+    # the probe, when the grammar took it, ended the grammar: the ids alone did not
+    took_probe = probe is not None and probe["allowed"] and probe.get("accepted", False)
+    kept = [
+        step if index in keep or index == refused_at else _without_row(step)
+        for index, step in enumerate(steps)
+    ]
+    return answer | {
+        "steps": kept,
+        "refused_at": refused_at,
+        "terminated": bool(answer["terminated"]) and not took_probe,
+        "end": end.report().to_dict(),
+    }
+
+
+def _row(step: dict[str, Any], tokens: Tokens) -> Any:
+    """A step's row as the end walk takes it (None: unmasked, the reasoning is open)."""
+    if not step["masked"] or step.get("bitmask") is None:
+        return None
+    words = torch.frombuffer(bytearray(base64.b64decode(step["bitmask"])), dtype=torch.int32)
+    return allowed_array(words, tokens.vocab_size)
+
+
+def _without_row(step: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in step.items() if key != "bitmask"}
 
 
 def _token(tokens: Tokens, step: dict[str, Any]) -> ReplayToken:

@@ -49,7 +49,12 @@ from app.engine.masking.rollback_check import (
     reference_of_fork,
     reference_of_record,
 )
-from app.engine.model.forward.base import ForwardEngine, RawDistribution, ServingModel
+from app.engine.model.forward.base import (
+    ExpectingForward,
+    ForwardEngine,
+    RawDistribution,
+    ServingModel,
+)
 from app.engine.model.prompt import Prompt
 from app.engine.model.sampling import SamplingParams
 from app.engine.records import (
@@ -58,6 +63,7 @@ from app.engine.records import (
     GrammarState,
     Probe,
     StepRecord,
+    Straddle,
     Validation,
 )
 from app.engine.stepper.breakpoints import DEFAULT_ALARMS, Breakpoint, Watch, records_with
@@ -298,6 +304,29 @@ class Session:
         while len(records) < n and not self.done:
             records.append(self.step())
         return records
+
+    def expect(self, token_ids: Sequence[int]) -> bool:
+        """Tell the forward engine the tokens the next steps will take (a recorded trace
+        replayed), so that their forward passes run now, in one pass, when it can.
+
+        The steps are taken and recorded as ever, each choosing its token from its own
+        distribution under its own mask; only where the logits come from changes (one pass's
+        rows, within float error of one pass a step). A step that chooses or is forced another
+        token drops the rest, and the steps after it run their passes one by one.
+
+        Returns:
+            Whether the engine runs them ahead (a remote engine does not).
+
+        Raises:
+            InvalidInput: a token id outside the vocabulary.
+        """
+        for token_id in token_ids:
+            self._check_token_id(token_id)
+        with self._lock:
+            if self.done or not isinstance(self._forward, ExpectingForward):
+                return False
+            self._forward.expect(token_ids)
+            return True
 
     def back(self, n: int = 1) -> None:
         """Undo the last ``n`` steps (all of them if fewer): matcher rollback, prefix truncation."""
@@ -666,7 +695,33 @@ class Session:
             rollback=ahead.rollback,
             masked=ahead.masked,
             classes=self._classes(ahead) if ahead.masked else None,
+            straddle=None if ahead.masked else self._straddle(ahead, token),
+            emptied_by_processors=ahead.masked
+            and view.allowed_count > 0
+            and self._emptied_by_processors(ahead),
         )
+
+    def _straddle(self, ahead: Prepared, token: int) -> Straddle | None:
+        """The token's split, when it completes the reasoning's end marker and carries bytes of
+        both sides (``></`` after ``</think``: ``>`` ends the marker, ``</`` is content)."""
+        data = self._reasoning_bytes(token)
+        found = self.reasoning.boundary(ahead.output + data)
+        if found is None:
+            return None
+        cut = found.content_from - len(ahead.output)
+        if not 0 < cut < len(data):
+            return None
+        text = functools.partial(bytes.decode, encoding="utf-8", errors="replace")
+        return Straddle("reasoning_end", found.marker.text, text(data[:cut]), text(data[cut:]))
+
+    def _emptied_by_processors(self, ahead: Prepared) -> bool:
+        """Whether ``min_tokens``' processor leaves step ``ahead.index`` no token at all."""
+        if self._end is None or ahead.index >= self._end.rules.min_tokens:
+            return False
+        allowed = allowed_array(ahead.bitmask[0], self._tokens.vocab_size).copy()
+        stops = [i for i in self._end.stops.to_xgrammar if i < self._tokens.vocab_size]
+        allowed[stops] = False
+        return not bool(allowed.any())
 
     def _classes(self, ahead: Prepared) -> dict[str, int]:
         return class_counts(ahead.bitmask[0].numpy(), self._tokens)

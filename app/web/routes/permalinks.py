@@ -62,6 +62,7 @@ async def open_permalink(
     names a model not configured here). ``model`` opens it on another model instead: its tokens
     may differ, and a forced token may not replay."""
     snapshot, _ = await sharing.load(state, snapshot_id)
-    handle = await sharing.open_snapshot(state, snapshot, model=body.model if body else None)
+    model = body.model if body else None
+    handle = await sharing.open_snapshot(state, snapshot, model=model, snapshot_id=snapshot_id)
     answer = await actions.step_response(state, handle, list(handle.session.steps))
     return await json_response({**actions.session_answer(handle), **answer})

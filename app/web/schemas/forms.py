@@ -124,6 +124,20 @@ def form_breakpoints(text: str) -> list[dict[str, Any]]:
     return out
 
 
+def form_end_rules(form: FormData) -> dict[str, Any]:
+    """The end of generation the options bar sets: ``min_tokens``, ``stop_token_ids`` (ids
+    separated by commas or spaces) and ``stop`` (one string a line)."""
+    try:
+        ids = token_ids(str(form.get("stop_token_ids") or "")) or []
+    except InvalidInput as error:
+        raise InvalidInput(
+            f"stop_token_ids: {error.message}",
+            pointer=(error.pointer or "").replace("/token_ids", "/stop_token_ids", 1),
+        ) from None
+    stop = [line for line in str(form.get("stop") or "").splitlines() if line]
+    return {"min_tokens": _number(form, "min_tokens") or 0, "stop_token_ids": ids, "stop": stop}
+
+
 def form_session_request(form: FormData) -> SessionIn:
     """The session request the playground's form describes."""
     body: dict[str, Any] = {
@@ -139,6 +153,7 @@ def form_session_request(form: FormData) -> SessionIn:
         "model": _model(form),
         "reasoning": form.get("reasoning") or "none",
         "breakpoints": form_breakpoints(str(form.get("breakpoints") or "")),
+        **form_end_rules(form),
     }
     if form.get("prompt_mode") == "raw":
         body["raw_prompt"] = form.get("raw_prompt") or ""

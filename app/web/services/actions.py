@@ -29,7 +29,8 @@ from app.web.middleware.clients import current_client
 from app.web.runtime.sessions import SessionHandle
 from app.web.runtime.state import AppState
 from app.web.schemas.bodies import GrammarIn, ReplayIn, SessionIn
-from app.web.services import request_source, walks
+from app.web.services import rebuilds, request_source, walks
+from app.web.services.end_rules import end_rules_of
 from app.web.services.leaving import unless_left
 from app.web.services.tools import tools_answer, tools_source
 
@@ -168,6 +169,7 @@ async def create_session(state: AppState, body: SessionIn) -> SessionHandle:
         pydantic = (body.grammar.source, body.grammar.options.root_model)
     handle = state.sessions.add(session, request, pydantic, client=current_client())
     state.sessions.enforce_memory(keep=handle)
+    rebuilds.attach(handle)  # a permalink's rebuild under way: its page follows the steps
     return handle
 
 
@@ -297,8 +299,9 @@ async def force(
 
 
 async def replay(state: AppState, engine: AnyEngine, body: ReplayIn) -> ReplayResult:
-    """Walk the text or token ids through the grammar (413 past the token cap)."""
-    grammar, _ = await compile_grammar(state, engine, body.grammar)
+    """Walk the text or token ids through the grammar (413 past the token cap), under the end
+    rules of the body and of a pasted request (:func:`end_rules_of`)."""
+    grammar, resolved = await compile_grammar(state, engine, body.grammar)
     compare = await compiled_follower(state, engine, grammar.spec, body.compare)
     return await walks.walked(
         state,
@@ -311,7 +314,7 @@ async def replay(state: AppState, engine: AnyEngine, body: ReplayIn) -> ReplayRe
         bitmask_for=body.bitmask_for,
         compare=compare,
         reasoning=ReasoningMode(body.reasoning),
-        end_rules=body.end_rules(),
+        end_rules=end_rules_of(body, resolved.request),
     )
 
 

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections.abc import Sequence
 from typing import Any
 
-from app.engine import AnyEngine, ModelIdentity, Session
+from app.engine import AnyEngine, ModelIdentity
 from app.engine.grammars.llguidance import VERSION as LLGUIDANCE_VERSION
+from app.engine.stepper.rebuild import rebuild
 from app.exceptions import (
     InvalidInput,
     ModelNotConfigured,
     NotReady,
     PermalinkNotFound,
-    TokenRefused,
 )
 from app.settings import LOCAL_MODEL_ID
 from app.store.permalinks import ID_PATTERN
@@ -212,30 +213,34 @@ async def load_recorded(state: AppState, snapshot_id: str) -> list[RecordedStep]
     return recorded_steps(await asyncio.to_thread(state.store.get_records, snapshot_id))
 
 
-def _replay_actions(session: Session, trace: list[dict[str, Any]]) -> None:
-    for action in trace:
-        if action["op"] == "step":
-            session.run(action["n"])
-        else:
-            try:
-                session.force(action["token_id"])
-            except TokenRefused as refused:
-                raise TokenRefused(
-                    f"the shared trace does not replay here: {refused.message}"
-                ) from None
-
-
 async def open_snapshot(
-    state: AppState, snapshot: dict[str, Any], *, model: str | None = None
+    state: AppState,
+    snapshot: dict[str, Any],
+    *,
+    model: str | None = None,
+    snapshot_id: str | None = None,
+    batched: bool = True,
 ) -> SessionHandle:
     """A new session from a snapshot's request, on its model (or on ``model``), with its trace
     replayed.
 
+    With the permalink's id, its recorded steps (kept at share time) give the tokens of the
+    trace's steps: their forward passes run in one pass (:mod:`app.engine.stepper.rebuild`).
+    The steps are still taken one by one, each appended to the session as it ends (what
+    :mod:`app.web.services.rebuilds` reports as the rebuild's progress).
+
+    Args:
+        model: the model to open it on instead of its own.
+        snapshot_id: the permalink's id, for its recorded steps.
+        batched: False runs a forward pass a step, as before #45 (the bench's baseline).
+
     Raises:
         ModelNotConfigured: the snapshot's model is not configured on this server, and no
             other model was named.
+        TokenRefused: a forced token of the trace is blocked here.
     """
     model_id = _model_id(snapshot)
+    own_model = model is None or model == model_id
     if model is not None:
         snapshot = {**snapshot, "request": {**snapshot["request"], "model": model}}
     elif not state.is_configured(model_id):
@@ -245,9 +250,15 @@ async def open_snapshot(
             'this server; open it on another model by naming one ("model")'
         )
     body = SessionIn.model_validate(snapshot["request"])
+    tokens = None
+    if snapshot_id is not None and own_model:  # another model numbers its tokens otherwise
+        tokens = [r.token_id for r in await load_recorded(state, snapshot_id)]
     handle = await actions.create_session(state, body)
+    replay = functools.partial(
+        rebuild, handle.session, snapshot["actions"], tokens=tokens, batched=batched
+    )
     async with handle.lock:
-        await state.pools.steps.run(_replay_actions, handle.session, snapshot["actions"])
+        await state.pools.steps.run(replay)
     return handle
 
 

@@ -18,6 +18,7 @@ from app.web.runtime.state import AppState
 from app.web.schemas.bodies import DiffIn, ReplayIn
 from app.web.services import walks
 from app.web.services.actions import compile_grammar
+from app.web.services.end_rules import end_rules_of
 
 __all__ = ["diff", "replay_on_stack", "stacks"]
 
@@ -34,7 +35,9 @@ async def replay_on_stack(
 ) -> ReplayResult:
     """``POST /api/replay`` under ``stack`` (a vLLM release): each step's row is the one that
     release's own scheduler masks with (:func:`app.engine.stacks.replay.stack_replay`); the
-    ``reasoning`` setting ``mask_everywhere`` is vLLM's ``enable_in_reasoning``.
+    ``reasoning`` setting ``mask_everywhere`` is vLLM's ``enable_in_reasoning``. The end rules
+    are the body's and a pasted request's (:func:`~app.web.services.end_rules.end_rules_of`),
+    reported on the stack's rows.
 
     Raises:
         InvalidInput: no such stack (``/stack``).
@@ -56,6 +59,8 @@ async def replay_on_stack(
         token_ids=body.token_ids or (),
         bitmask_for=body.bitmask_for,
         serve=serve,
+        end_rules=end_rules_of(body, resolved.request),
+        model=engine.model,
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 
 from app.engine import PRESETS, MaskingLibrary, presets
 from app.engine.stepper.breakpoints import breakpoint_from
@@ -17,7 +17,7 @@ from app.web.errors import not_found_page
 from app.web.runtime.deps import StateDep
 from app.web.runtime.state import AppState
 from app.web.schemas.forms import open_choice, shared_step
-from app.web.services import actions
+from app.web.services import actions, rebuilds
 from app.web.services import permalinks as sharing
 from app.web.ui.fragments import footer, fragments, inspector_context, render_page
 
@@ -50,6 +50,9 @@ def _prefill_from_request(request: dict[str, Any]) -> dict[str, Any]:
         "breakpoints": "\n".join(
             breakpoint_from(**b).text for b in request.get("breakpoints") or ()
         ),
+        "min_tokens": request.get("min_tokens", 0),
+        "stop_token_ids": request.get("stop_token_ids") or [],
+        "stop": request.get("stop") or [],
     }
 
 
@@ -163,7 +166,11 @@ async def open_permalink_fragment(
     choice = open_choice(form)
     wanted = shared_step(form)
     snapshot, _ = await sharing.load(state, snapshot_id)
-    handle = await sharing.open_snapshot(state, snapshot, model=choice.model)
+    total = sum(a.get("n", 1) for a in snapshot["actions"])
+    with rebuilds.tracked(state, str(form.get("rebuild") or ""), total):
+        handle = await sharing.open_snapshot(
+            state, snapshot, model=choice.model, snapshot_id=snapshot_id
+        )
     answer = await actions.step_response(state, handle, [])
     steps = handle.session.steps
     parts = [
@@ -176,3 +183,15 @@ async def open_permalink_fragment(
         context = inspector_context(handle, steps[at], oob=True)
         parts.append(("partials/_inspector.html", context))
     return fragments(state, *parts)
+
+
+@router.get("/ui/permalinks/{snapshot_id}/progress")
+async def permalink_progress(
+    state: StateDep, snapshot_id: str, rebuild: Annotated[str, Query(max_length=64)] = ""
+) -> JSONResponse:
+    """How far the rebuild the page named ``rebuild`` is: ``{"done", "total"}`` steps, or
+    ``{"done": null}`` when none is under way by that name (not started yet, or over)."""
+    found = rebuilds.progress(state, rebuild)
+    if found is None:
+        return JSONResponse({"done": None, "total": None})
+    return JSONResponse({"done": found[0], "total": found[1]})

@@ -13,7 +13,13 @@ from app.web.runtime.deps import StateDep
 from app.web.schemas.forms import compile_request, doctor_request, replay_request
 from app.web.services import actions
 from app.web.services.examine import editor_marks, examine
-from app.web.services.replay_cause import replay_cause, schema_check, walked_text
+from app.web.services.replay_cause import (
+    cause_words,
+    replay_cause,
+    replay_setting,
+    schema_check,
+    walked_text,
+)
 from app.web.ui.fragments import render_page
 
 __all__ = ["router"]
@@ -59,14 +65,18 @@ async def doctor_fragment(request: Request, state: StateDep) -> Response:
 async def replay_fragment(request: Request, state: StateDep) -> HTMLResponse:
     """Replay the text against the form's grammar, with the picked model's tokenizer (no
     bitmasks: a click fetches one)."""
-    body = replay_request(await request.form())
+    form = await request.form()
+    body = replay_request(form)
+    from_log = bool(str(form.get("log") or "").strip())  # the body holds its ids by now
     engine = state.engine_for(body.model)
     result = await actions.replay(state, engine, body)
     cause, accepted_by = await replay_cause(state, engine, body, result)
     text = walked_text(engine, result) if body.token_ids else body.text or ""
     checked = await schema_check(state, engine, body, result)
+    setting = await replay_setting(state, engine, body, result, accepted_by, from_log=from_log)
+    words = cause_words(result, cause, from_log=from_log)
     context = {"result": result, "text": text, "cause": cause, "accepted_by": accepted_by,
-               "schema_check": checked}  # fmt: skip
+               "schema_check": checked, "cause_words": words, "setting": setting}  # fmt: skip
     return render_page(state, request, "partials/_replay.html", context)
 
 

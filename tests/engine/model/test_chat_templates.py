@@ -1,7 +1,7 @@
 """Chat templates: which one renders (pasted, the tokenizer's, the shipped one with its
-licence, the stack's encoder), and the token count with and without each tools option (a
-template that renders `strict`, as vLLM #52741 reports). Real Qwen3.6 and DeepSeek V4
-tokenizers."""
+licence, the stack's encoder, which renders in a stack: test_chat_templates_stack.py), and the
+token count with and without each tools option (a template that renders `strict`, as vLLM
+#52741 reports). Real Qwen3.6 and DeepSeek V4 tokenizers."""
 
 from __future__ import annotations
 
@@ -48,7 +48,10 @@ def test_the_shipped_qwen_tokenizer_gets_its_familys_template_with_its_licence(
     pasted = template_for(tokens, shipped="qwen3.6", pasted="{{ messages[0].content }}")
     assert render(pasted, tokens, MESSAGES).text == "Weather in Paris?"
     deepseek = template_for(tokens, shipped="deepseek-v4")  # no template: the stack's encoder
-    assert deepseek.origin == "stack" and "deepseek_v4_encoding" in deepseek.source
+    assert (deepseek.origin, deepseek.mode, deepseek.text) == ("stack", "deepseek_v4", None)
+    with pytest.raises(InvalidInput) as unbound:  # rendered only in a stack (its own tests)
+        render(deepseek, tokens, MESSAGES)
+    assert unbound.value.pointer == "/stack"
     with pytest.raises(InvalidInput) as caught:
         template_for(tokens)
     assert caught.value.pointer == "/chat_template"

@@ -32,6 +32,8 @@ class ToolsRequest:
         reasoning_parser: vLLM's ``--reasoning-parser`` (None: none).
         response_format: an OpenAI ``response_format`` sent with the tools, if any.
         strict_tool_calling: vLLM's ``VLLM_ENFORCE_STRICT_TOOL_CALLING`` (None: vLLM's default).
+        chat_template: a chat template the user pasted: the round trip and the rendered prompt
+            use it instead of the model's own (None: the model's).
     """
 
     builder: BuilderName
@@ -44,6 +46,7 @@ class ToolsRequest:
     reasoning_parser: str | None = None
     response_format: dict[str, Any] | None = None
     strict_tool_calling: bool | None = None
+    chat_template: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
 """A ``tools`` source: parse and validate it into a :class:`ToolsRequest`, every error placed.
 
 The source is JSON (the contract's fields: a builder, its format, OpenAI Chat Completions tools,
-``tool_choice``, ``reasoning``, ...). Each bad field is a :class:`GrammarError` with the JSON
-pointer into the source (and its line and column). A tool's ``parameters`` may be
-``{"$model": "Name"}``, naming a Pydantic model of the source's ``pydantic`` field: parsing only
-lists those references (:attr:`ParsedTools.models`); the web layer and the CLI derive them all in
-one sandbox run, and :meth:`ParsedTools.with_models` writes each derived schema in the place of
-its reference (or raises a model's error, placed).
+``tool_choice``, ``reasoning``, ..., and a ``chat_template`` the user pasted). Each bad field is
+a :class:`GrammarError` with the JSON pointer into the source (and its line and column). A
+tool's ``parameters`` may be ``{"$model": "Name"}``, naming a Pydantic model of the source's
+``pydantic`` field: parsing only lists those references (:attr:`ParsedTools.models`); the web
+layer and the CLI derive them all in one sandbox run, and :meth:`ParsedTools.with_models` writes
+each derived schema in the place of its reference (or raises a model's error, placed).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ _CHOICES = ("none", "auto", "required")
 _REASONING = ("enabled", "disabled", "auto")
 _FIELDS = ("builder", "format", "tools", "tool_choice", "reasoning", "parallel_tool_calls",
            "strict_level", "reasoning_parser", "response_format", "strict_tool_calling",
-           "pydantic")  # fmt: skip
+           "pydantic", "chat_template")  # fmt: skip
 _TOOL_FIELDS = ("type", "function")
 _FUNCTION_FIELDS = ("name", "description", "parameters", "strict")
 
@@ -174,8 +174,29 @@ def parse_tools(source: str, formats_of: FormatsOf | None = None) -> ParsedTools
         reasoning_parser=_optional(source, data, "reasoning_parser", str),
         response_format=_optional(source, data, "response_format", dict),
         strict_tool_calling=_optional(source, data, "strict_tool_calling", bool),
+        chat_template=_chat_template(source, data),
     )
     return ParsedTools(source, request, pydantic, models)
+
+
+def _chat_template(source: str, data: dict[str, Any]) -> str | None:
+    """The pasted chat template, checked as Jinja (the syntax only: a template that parses but
+    fails to render is refused, at the same pointer, when it is rendered)."""
+    text = _optional(source, data, "chat_template", str)
+    if text is None:
+        return None
+    import jinja2
+    import jinja2.ext
+    import jinja2.sandbox
+
+    # the extensions transformers compiles chat templates with (`{% break %}`, `{% continue %}`)
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(extensions=[jinja2.ext.loopcontrols])
+    try:
+        env.parse(text)
+    except jinja2.TemplateSyntaxError as error:
+        message = f"the chat template is not valid Jinja: line {error.lineno}: {error.message}"
+        raise tag_error(source, ["chat_template"], message) from None
+    return str(text)
 
 
 def _format(source: str, data: dict[str, Any], formats_of: FormatsOf | None) -> None:

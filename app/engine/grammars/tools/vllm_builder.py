@@ -27,6 +27,7 @@ import json
 import os
 import threading
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ from app.paths import pointer_from_parts
 from app.redact import hide_paths
 from app.settings import Settings
 
-__all__ = ["RUNNER", "VllmBuilder", "build_message", "version_differences"]
+__all__ = ["RUNNER", "StackRendered", "VllmBuilder", "build_message", "version_differences"]
 
 #: What to run when vLLM's virtualenv is missing.
 INSTALL_COMMAND = "make vllm-install"
@@ -94,6 +95,8 @@ class VllmBuilder:
         self._generation = 0  # one more at each close(): a start begun before it is stopped
         self._exchange = threading.Lock()  # one request and its answer at a time
         self._formats: dict[str, list[ToolFormat]] = {}
+        self._encoders: dict[str, dict[str, str]] | None = None
+        self._serve_flags: dict[str, dict[str, Any]] = {}
 
     def __enter__(self) -> VllmBuilder:
         return self
@@ -150,6 +153,29 @@ class VllmBuilder:
         except MaskscopeError as error:  # a virtualenv that does not run, a model not there
             return [self._unavailable(self._hide(error.message))]
         return list(self._formats[path])
+
+    def serve_flags(self, *, tokenizer: str | None = None) -> dict[str, Any]:
+        """The values vLLM takes for a tools source's serve flags, read from its registries at
+        run time: ``reasoning_parsers`` (``[{"name", "reasoning_end", "reason"}]``, each end
+        marker on ``tokenizer``; None: the configured model's) and ``strict_levels``.
+
+        Raises:
+            GrammarError: vLLM is not installed, or its runner does not answer.
+        """
+        if not self.installed:
+            raise GrammarError(f"not installed: {self._not_installed()}")
+        path = tokenizer if tokenizer is not None else self._default_tokenizer()
+        if path not in self._serve_flags:
+            answer, _ = self._call(None, {"op": "serve_flags", "tokenizer": path}, path)
+            parsers = [
+                {**p, "reason": p["reason"] and self._hide(p["reason"], path)}
+                for p in answer["reasoning_parsers"]
+            ]
+            self._serve_flags[path] = {
+                "reasoning_parsers": parsers,
+                "strict_levels": list(answer["strict_levels"]),
+            }
+        return self._serve_flags[path]
 
     def _unavailable(self, reason: str) -> ToolFormat:
         return ToolFormat(
@@ -228,6 +254,60 @@ class VllmBuilder:
         }
         answer, versions = self._call(source.serve.get("strict_tool_calling"), message, tokenizer)
         return derived_request(answer, self.stack.name, versions, source)
+
+    def encoders(self) -> dict[str, dict[str, str]]:
+        """The stack's prompt encoders, by ``--tokenizer-mode``: each mode whose tokenizer
+        renders chat with a Python encoder instead of a Jinja template (vLLM's DeepSeek V3.2 /
+        V4 / V4.1, where the release has them), as the stack's own registries map them, with
+        ``tokenizer``, ``encoder`` and ``renderer`` (their qualified names).
+
+        Raises:
+            GrammarError: the stack is unavailable, or its runner does not answer.
+        """
+        if not self.installed:
+            raise GrammarError(f"the stack is unavailable: {self._not_installed()}")
+        if self._encoders is None:
+            answer, _ = self._call(None, {"op": "encoders"}, "")
+            self._encoders = {mode: dict(entry) for mode, entry in answer["encoders"].items()}
+        return {mode: dict(entry) for mode, entry in self._encoders.items()}
+
+    def render(
+        self,
+        tokenizer: str,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        chat_template: str | None = None,
+        tokenizer_mode: str | None = None,
+    ) -> StackRendered:
+        """The prompt this stack's server renders of ``messages`` on ``tokenizer``: by the
+        prompt encoder of ``tokenizer_mode`` (see :meth:`encoders`), else by vLLM's chat
+        renderer with ``chat_template`` (None: the tokenizer's own).
+
+        A tool call's ``arguments`` given as an object are sent as the JSON string the OpenAI
+        wire format carries (vLLM's renderer parses them back).
+
+        Raises:
+            GrammarError: vLLM refuses the messages (pointed at the field it names), the mode
+                has no encoder in this release, or the stack is unavailable.
+        """
+        if not self.installed:
+            raise GrammarError(f"the stack is unavailable: {self._not_installed()}")
+        message = {
+            "op": "render",
+            "tokenizer": tokenizer,
+            "messages": [_wire_message(m) for m in messages],
+            "tools": tools,
+            "add_generation_prompt": add_generation_prompt,
+            "chat_template_kwargs": dict(chat_template_kwargs or {}),
+            "chat_template": chat_template,
+            "tokenizer_mode": tokenizer_mode,
+        }
+        answer, versions = self._call(None, message, tokenizer)
+        by = f"{answer['rendered_by']} (vLLM {versions.get('vllm', '?')}, {self.stack.name})"
+        return StackRendered(answer["text"], int(answer["prompt_tokens"]), by)
 
     def replay(
         self, message: dict[str, Any], tokenizer: str, strict: bool | None = None
@@ -422,6 +502,37 @@ class VllmBuilder:
         if tokenizer:
             named.append((Path(tokenizer), Path(tokenizer).name))
         return hide_paths(text, named)
+
+
+@dataclass(frozen=True, slots=True)
+class StackRendered:
+    """A prompt a stack rendered.
+
+    Attributes:
+        text: the prompt.
+        prompt_tokens: its length in the stack's tokenizer's ids.
+        rendered_by: the code that rendered it, with the release and the stack.
+    """
+
+    text: str
+    prompt_tokens: int
+    rendered_by: str
+
+
+def _wire_message(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` as the OpenAI wire format carries it: each tool call with an ``id``
+    (``call_<index>`` when it has none) and its ``arguments`` a JSON string (an object is
+    written with ``json.dumps``, its keys in order)."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return dict(message)
+    wired = []
+    for index, call in enumerate(calls):
+        function = dict(call.get("function") or {})
+        if not isinstance(function.get("arguments", ""), str):
+            function["arguments"] = json.dumps(function["arguments"], ensure_ascii=False)
+        wired.append({"id": f"call_{index}", **call, "function": function})
+    return {**message, "tool_calls": wired}
 
 
 def _default_stack(settings: Settings) -> Stack:

@@ -15,10 +15,24 @@ answered under; null: unset, vLLM's default):
   "reasoning_parser": str|None, "response_format": dict|None}`` -> ``{"tag": dict|None,
   "reason": str|None, "reasoning_end": str|None, "reasoning_end_unavailable": str|None,
   "xgrammar_calls": [{"kwargs", "tag"}]}``.
+- ``{"op": "serve_flags", "tokenizer": str}`` -> ``{"reasoning_parsers": [{"name",
+  "reasoning_end", "reason"}], "strict_levels": [str]}``: every ``--reasoning-parser`` vLLM
+  registers (its end marker on the tokenizer) and every ``--tool-strict-level``.
 - ``{"op": "derive", "tokenizer": str, "body": dict, "serve": {"tool_call_parser"?,
   "reasoning_parser"?, "tool_strict_level"?}, "chat_template": str|None}`` -> ``{"prompt",
   "prompt_tokens", "constraint": {field: value}|None, "reasoning_end", "min_tokens",
   "stop_token_ids", "stop", ...}``: a pasted Chat Completions request as the server takes it.
+- ``{"op": "encoders"}`` -> ``{"encoders": {mode: {"mode", "tokenizer", "encoder",
+  "renderer"}}}``: the ``--tokenizer-mode`` values whose tokenizer renders chat with a Python
+  prompt encoder instead of a Jinja template (DeepSeek V3.2 / V4 / V4.1, where the release has
+  them), as its own registries map them.
+- ``{"op": "render", "tokenizer": str, "messages": [...], "tools": [...]|None,
+  "add_generation_prompt": bool, "chat_template_kwargs": dict, "chat_template": str|None,
+  "tokenizer_mode": str|None}`` -> ``{"text", "prompt_tokens", "rendered_by"}``: the prompt the
+  server renders, by the mode's encoder (its renderer's ``render_messages``), else by vLLM's
+  chat renderer as ``derive`` renders.
+- ``{"op": "replay", ...}`` -> ``vllm_masks.replay``'s answer, with ``compile_calls``: what the
+  backend called its library with (``token_ids: []``: the compile alone, as ``check`` uses it).
 
 An answer that failed is ``{"error": {"message", "type", "loc"}}`` (``type`` ``"memory"``: the
 request needed more than the cap, even with the tokenizers forgotten). The request goes through
@@ -153,13 +167,18 @@ class _Refused(Exception):
         self.loc = loc or []
 
 
-def _tokenizer(path: str) -> Any:
-    if path not in _TOKENIZERS:
+def _tokenizer(path: str, mode: str | None = None) -> Any:
+    """The tokenizer of ``path``, loaded as ``--tokenizer-mode mode`` would (None: auto)."""
+    key = path if mode is None else f"{mode}\0{path}"
+    if key not in _TOKENIZERS:
         while len(_TOKENIZERS) >= _KEPT_TOKENIZERS:
             _TOKENIZERS.popitem(last=False)
-        _TOKENIZERS[path] = get_tokenizer(path)
-    _TOKENIZERS.move_to_end(path)
-    return _TOKENIZERS[path]
+        if mode is None:
+            _TOKENIZERS[key] = get_tokenizer(path)
+        else:
+            _TOKENIZERS[key] = get_tokenizer(path, tokenizer_mode=mode)
+    _TOKENIZERS.move_to_end(key)
+    return _TOKENIZERS[key]
 
 
 def _model_type(path: str) -> str | None:
@@ -230,6 +249,19 @@ def formats(tokenizer_path: str) -> dict[str, Any]:
         entry["reason"] = "; ".join(reasons) or None
         out.append(entry)
     return {"formats": out}
+
+
+def serve_flags(tokenizer_path: str) -> dict[str, Any]:
+    """The values vLLM takes for the serve flags a tools source sets: every reasoning parser
+    it registers (with its end marker on this tokenizer, or why there is none) and every tool
+    strict level."""
+    tokenizer = _tokenizer(tokenizer_path)
+    parsers = []
+    for name in sorted(_reasoning_parser_names()):
+        end, why = _reasoning_end(name, tokenizer, {})
+        parsers.append({"name": name, "reasoning_end": end, "reason": why or None})
+    levels = [level.name.lower() for level in ToolStrictLevel]
+    return {"reasoning_parsers": parsers, "strict_levels": levels}
 
 
 def _chat_request(message: dict[str, Any]) -> ChatCompletionRequest:
@@ -452,6 +484,101 @@ def _rendered(request: Any, params: Any, tokenizer: Any, path: str) -> str:
     return str(text)
 
 
+def encoders() -> dict[str, Any]:
+    """The tokenizer modes whose tokenizer renders chat with a Python prompt encoder, read from
+    vLLM's own registries: a mode of its ``TokenizerRegistry`` whose tokenizer module renders
+    with an ``encode_messages`` (DeepSeek V3.2, V4, V4.1), with the renderer its
+    ``RENDERER_REGISTRY`` picks for the same mode."""
+    import importlib
+
+    from vllm.renderers.registry import RENDERER_REGISTRY
+    from vllm.tokenizers.registry import TokenizerRegistry
+
+    found: dict[str, Any] = {}
+    for mode, (module_name, class_name) in TokenizerRegistry.tokenizers.items():
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:  # a mode whose optional library is missing (mistral_common...)
+            continue
+        encode = getattr(module, "encode_messages", None)
+        if encode is None or mode not in RENDERER_REGISTRY.renderers:
+            continue
+        renderer_module, renderer_class = RENDERER_REGISTRY.renderers[mode]
+        found[mode] = {
+            "mode": mode,
+            "tokenizer": f"{module_name}.{class_name}",
+            "encoder": f"{encode.__module__}.{encode.__name__}",
+            "renderer": f"{renderer_module}.{renderer_class}",
+        }
+    return {"encoders": found}
+
+
+def render(message: dict[str, Any]) -> dict[str, Any]:
+    """The prompt vLLM's server renders of ``message["messages"]`` and ``tools``: by the
+    prompt encoder of ``tokenizer_mode`` when one is named, else by its chat renderer (the
+    template ``chat_template``, else the tokenizer's own), as ``derive`` renders."""
+    path, mode = message["tokenizer"], message.get("tokenizer_mode")
+    body: dict[str, Any] = {
+        "model": "maskscope",
+        "messages": message["messages"],
+        "add_generation_prompt": bool(message.get("add_generation_prompt", True)),
+        "chat_template_kwargs": dict(message.get("chat_template_kwargs") or {}),
+    }
+    if message.get("tools"):
+        body["tools"] = message["tools"]
+    request = _validated(body)
+    params = request.build_chat_params(message.get("chat_template"), "auto")
+    if mode is None:
+        tokenizer = _tokenizer(path)
+        text = _rendered(request, params, tokenizer, path)
+        by = "vllm.renderers.hf.safe_apply_chat_template"
+    else:
+        tokenizer = _tokenizer(path, mode)
+        text, by = _encoded(mode, request, params, tokenizer, path)
+    tokens = len(tokenizer.encode(text, add_special_tokens=False))
+    return {"text": text, "prompt_tokens": tokens, "rendered_by": by}
+
+
+def _encoded(mode: str, request: Any, params: Any, tokenizer: Any, path: str) -> tuple[str, str]:
+    """The prompt the renderer of ``mode`` makes (its ``render_messages``, given what the
+    server's ``preprocess_chat`` gives it: the tools and ``tokenize=False``), and the encoder
+    that wrote it."""
+    from types import SimpleNamespace
+
+    from vllm.renderers.registry import RENDERER_REGISTRY
+
+    known = encoders()["encoders"]
+    if mode not in known:
+        names = ", ".join(known) or "none"
+        raise _Refused(
+            f"vLLM {vllm.__version__} has no prompt encoder for --tokenizer-mode {mode!r} "
+            f"(its encoders: {names})",
+            ["tokenizer_mode"],
+        )
+    # The model settings a renderer reads for a text-only model (no weights are loaded here).
+    model = SimpleNamespace(
+        renderer_num_workers=1,
+        supports_multimodal_inputs=False,
+        is_multimodal_model=False,
+        multimodal_config=None,
+        enable_prompt_embeds=False,
+        hf_config=SimpleNamespace(model_type=_model_type(path)),
+    )
+    config = SimpleNamespace(
+        model_config=model, parallel_config=SimpleNamespace(_api_process_rank=0)
+    )
+    tools = None if request.tools is None else [tool.model_dump() for tool in request.tools]
+    params = params.with_defaults({"tools": tools, "tokenize": False})
+    renderer = RENDERER_REGISTRY.load_renderer(mode, config, tokenizer)
+    try:
+        _, prompt = renderer.render_messages(list(request.messages), params)
+    except Exception as error:  # the encoder's own refusal of the messages, shown as it is
+        raise _Refused(
+            f"vLLM's {mode} encoder refuses the messages: {error}", ["messages"]
+        ) from None
+    return str(prompt["prompt"]), str(known[mode]["encoder"])
+
+
 #: The fields of vLLM's StructuredOutputsParams that hold a constraint.
 _CONSTRAINTS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 
@@ -526,8 +653,14 @@ def _answer_once(message: dict[str, Any]) -> dict[str, Any]:
             return formats(message["tokenizer"])
         if message.get("op") == "build":
             return build(message)
+        if message.get("op") == "serve_flags":
+            return serve_flags(message["tokenizer"])
         if message.get("op") == "derive":
             return derive(message)
+        if message.get("op") == "encoders":
+            return encoders()
+        if message.get("op") == "render":
+            return render(message)
         if message.get("op") == "replay":
             return _replay(message)
         if message.get("op") == "hello":
@@ -541,8 +674,62 @@ def _answer_once(message: dict[str, Any]) -> dict[str, Any]:
         return {"error": {"message": f"{type(error).__name__}: {error}", "type": "internal"}}
 
 
+#: What vLLM's structured-output backends called their library with in the last replay (its
+#: answer's ``compile_calls``): each of xgrammar's ``GrammarCompiler.compile_*`` calls with every
+#: argument bound (xgrammar's own defaults filled in), and the grammar
+#: ``serialize_guidance_grammar`` handed llguidance. ``check --stack`` reads the options a release
+#: compiles with from these calls (its ``any_whitespace``, ``separators``...), never from a table.
+_COMPILE_CALLS: list[dict[str, Any]] = []
+_XGRAMMAR_COMPILES = (
+    "compile_json_schema",
+    "compile_grammar",
+    "compile_regex",
+    "compile_structural_tag",
+)
+_RECORDING: list[bool] = []
+
+
+def _record_compiles() -> None:
+    """Wrap the library entry points vLLM's backends compile through (once, before a replay)."""
+    import inspect
+
+    from vllm.v1.structured_output import backend_guidance
+
+    if _RECORDING:
+        return
+    _RECORDING.append(True)
+
+    def recorded(name: str, original: Any) -> Any:
+        signature = inspect.signature(original)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
+            _COMPILE_CALLS.append({"call": name, "arguments": _jsonable(arguments)})
+            return original(*args, **kwargs)
+
+        return call
+
+    for name in _XGRAMMAR_COMPILES:
+        setattr(
+            xgrammar.GrammarCompiler, name, recorded(name, getattr(xgrammar.GrammarCompiler, name))
+        )
+    serialize = backend_guidance.serialize_guidance_grammar
+
+    def serialized(*args: Any, **kwargs: Any) -> Any:
+        grammar = serialize(*args, **kwargs)
+        _COMPILE_CALLS.append({"call": "serialize_guidance_grammar", "grammar": grammar})
+        return grammar
+
+    backend_guidance.serialize_guidance_grammar = serialized
+
+
 def _replay(message: dict[str, Any]) -> dict[str, Any]:
     import vllm_masks  # type: ignore[import-not-found]  # beside this script, on its path
+
+    _record_compiles()
+    _COMPILE_CALLS.clear()
 
     if message.get("build") is not None:  # a tools source: the stack's own derivation
         built = build({**message["build"], "tokenizer": message["tokenizer"]})
@@ -560,6 +747,7 @@ def _replay(message: dict[str, Any]) -> dict[str, Any]:
         answer: dict[str, Any] = vllm_masks.replay(message, _tokenizer(message["tokenizer"]))
         if message.get("build") is not None:
             answer["build"] = built
+        answer["compile_calls"] = list(_COMPILE_CALLS)
         return answer
     except (VLLMValidationError, ValueError, TypeError) as error:
         raise _Refused(f"vLLM refuses the request: {error}", ["grammar"]) from None

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 
 from app.engine.model.sampling import SamplingParams
 from app.engine.tokens import Tokens
 
-__all__ = ["ForwardEngine", "ModelIdentity", "RawDistribution", "ServingModel"]
+__all__ = [
+    "ExpectingForward",
+    "ForwardEngine",
+    "ModelIdentity",
+    "RawDistribution",
+    "ServingModel",
+]
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,17 @@ class ForwardEngine(Protocol):
     @property
     def memory_bytes(self) -> int:
         """Memory held for this prefix (the KV cache of a local model)."""
+        ...
+
+
+@runtime_checkable
+class ExpectingForward(ForwardEngine, Protocol):
+    """A forward engine that can run the passes of steps whose tokens are known in advance at
+    once (a trace replayed): the local model's."""
+
+    def expect(self, token_ids: Sequence[int]) -> None:
+        """Run now the forward passes of the next steps, if they take ``token_ids``; a step
+        that takes another token drops the rest (its passes then run as before)."""
         ...
 
 

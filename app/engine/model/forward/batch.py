@@ -419,6 +419,11 @@ class Batcher:
         with self._condition:
             return len(self._waiting)
 
+    @property
+    def vocab_size(self) -> int:
+        """The token ids the module embeds (its input embeddings' rows)."""
+        return int(self._module.get_input_embeddings().num_embeddings)
+
     def new_cache(self) -> DynamicCache:
         """An empty KV cache for one session on this module (growing in place when it can)."""
         cache = DynamicCache(config=self._module.config)
@@ -450,6 +455,21 @@ class Batcher:
             out = self._module(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
             logits: torch.Tensor = out.logits[0, -1].float()
             self._keep(key, cache, logits)
+        return logits
+
+    def feed(self, cache: DynamicCache, token_ids: Sequence[int]) -> torch.Tensor:
+        """Feed ``token_ids`` into ``cache`` in one forward pass, alone, keeping the logits of
+        every position: the passes of as many one-token steps, run at once (a trace replayed).
+
+        Returns:
+            ``[len(token_ids), vocab]`` float logits: row ``i`` is the next token's after
+            ``token_ids[: i + 1]``.
+        """
+        with self._lock, torch.inference_mode():
+            ids = torch.tensor([list(token_ids)], device=self._device)
+            keep = len(token_ids)
+            out = self._module(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep)
+            logits: torch.Tensor = out.logits[0, -keep:].float()
         return logits
 
     def _keep(self, key: tuple[int, ...], cache: DynamicCache, logits: torch.Tensor) -> None:

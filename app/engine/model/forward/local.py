@@ -4,6 +4,7 @@ sessions (:mod:`app.engine.model.forward.batch`)."""
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Sequence
 
 import numpy as np
@@ -14,6 +15,7 @@ from transformers import DynamicCache
 from app.engine.model.forward.base import RawDistribution
 from app.engine.model.forward.batch import Batcher, GrowingLayer
 from app.engine.model.sampling import SamplingParams, choose_token
+from app.exceptions import InvalidInput
 
 __all__ = ["LocalForward", "choose_under_mask"]
 
@@ -71,12 +73,54 @@ class LocalForward:
         self._generated: list[int] = []
         self._cache = self._new_cache()
         self._pending: tuple[int, ...] = self._prompt
+        # Fed by :meth:`expect`: tokens in the cache past the prefix, and the distributions of
+        # the prefixes still to come (the first is the next one's when nothing is pending).
+        self._expected: deque[int] = deque()
+        self._ahead: deque[RawDistribution] = deque()
 
     def _new_cache(self) -> DynamicCache:
         return self._batcher.new_cache()
 
+    def expect(self, token_ids: Sequence[int]) -> None:
+        """Run now, in one forward pass (two for a prompt: its own, which sessions share, then
+        the tokens'), the passes of the next steps if they take ``token_ids``: a trace replayed.
+
+        Each step's :meth:`distribution` is then a row of that pass, and :meth:`extend` by the
+        expected token feeds nothing; the first step that takes another token drops the rest
+        (the cache is cropped to the prefix) and runs its passes as before. The logits are
+        those of the one-token passes, within float error (one matrix product, not many).
+
+        Raises:
+            InvalidInput: a token id outside the model's vocabulary, or an expectation while
+                one is still being followed.
+        """
+        if self._expected or self._ahead:
+            raise InvalidInput("the forward engine already follows expected tokens")
+        vocab = self._batcher.vocab_size
+        if any(not 0 <= t < vocab for t in token_ids):
+            raise InvalidInput(f"expected token ids must be between 0 and {vocab - 1}")
+        if not token_ids:
+            return
+        start = time.perf_counter()
+        rows: list[torch.Tensor] = []
+        pending, self._pending = self._pending, ()
+        try:
+            if len(pending) > 1:  # a prompt: alone, so that its cache is kept for others
+                rows.append(self._batcher.prefill(self._cache, pending))
+                pending = ()
+            rows.extend(self._batcher.feed(self._cache, pending + tuple(token_ids)).unbind(0))
+        except BaseException:
+            self.truncate(len(self._generated))
+            raise
+        share = (time.perf_counter() - start) * 1000 / len(rows)
+        self._expected.extend(token_ids)
+        self._ahead.extend(RawDistribution(forward_ms=share, logits=row) for row in rows)
+
     def distribution(self) -> RawDistribution:
-        """See :meth:`ForwardEngine.distribution`: a prompt runs alone, a step in a batch."""
+        """See :meth:`ForwardEngine.distribution`: a prompt runs alone, a step in a batch (or
+        its row of the pass :meth:`expect` ran)."""
+        if not self._pending and self._ahead:
+            return self._ahead.popleft()
         start = time.perf_counter()
         if len(self._pending) == 1:
             logits = self._batcher.step(self._cache, self._pending[0])
@@ -100,6 +144,12 @@ class LocalForward:
     def extend(self, token_id: int) -> None:
         """See :meth:`ForwardEngine.extend`."""
         self._generated.append(token_id)
+        if self._expected and self._expected[0] == token_id and self._ahead:
+            self._expected.popleft()  # in the cache already; its distribution is next
+            return
+        if self._expected:  # another token: what was fed past it is dropped
+            self.truncate(len(self._generated))
+            return
         self._pending = (token_id,)
 
     def truncate(self, generated: int) -> None:
@@ -109,6 +159,8 @@ class LocalForward:
         each layer is cropped to the same absolute length, or the cache is rebuilt.
         """
         del self._generated[generated:]
+        self._expected.clear()
+        self._ahead.clear()
         if not self._generated:
             self._cache, self._pending = self._new_cache(), self._prompt
             return
