@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from app.doctor import Doctor, DoctorReport, PydanticSource
 from app.engine import AnyEngine, CompileOptions, GrammarKind, GrammarSpec, MaskingLibrary, presets
 from app.engine.stack_pins import MASKSCOPE
-from app.exceptions import CutShortByLoad, GrammarError, MaskscopeError
+from app.exceptions import CutShortByLoad, GrammarError, GrammarTooComplex, MaskscopeError
 from app.settings import Settings
 from app.suite import stacked
 from app.suite.cache import Cache, case_key
@@ -36,7 +36,11 @@ from app.suite.verdicts import Place, llguidance_findings, xgrammar_findings
 if TYPE_CHECKING:
     from app.engine.grammars.tools.vllm_builder import VllmBuilder
 
-__all__ = ["ENGINES", "STACKS", "Checker", "spec_for", "with_slow_compiles"]
+#: Examines a grammar request on an engine: :meth:`Doctor.examine` in this process (the command
+#: line's own files), or in the Doctor's killable worker processes (a server's uploads).
+Examine = Callable[[AnyEngine, GrammarSpec, PydanticSource | None], DoctorReport]
+
+__all__ = ["ENGINES", "STACKS", "Checker", "Examine", "spec_for", "with_slow_compiles"]
 
 ENGINES = ("xgrammar", "llguidance")
 #: How a stack's derivation of a request that it leaves free begins
@@ -104,13 +108,16 @@ class Checker:
         load_engine: loads the engine (the model's tokenizer and the compiler).
         cache: where checked cases are kept (None: no cache).
         jobs: sources checked at once.
+        examine: runs the Doctor's examination (default: in this process, bounded by its counts
+            and its safety stop; a server passes its killable, memory-capped workers).
     """
 
     def __init__(self, settings: Settings, options: CheckOptions,
                  load_engine: Callable[[], AnyEngine], *, cache: Cache | None = None,
-                 jobs: int = 1) -> None:  # fmt: skip
+                 jobs: int = 1, examine: Examine | None = None) -> None:  # fmt: skip
         self.settings, self.options, self.cache, self.jobs = settings, options, cache, jobs
         self._load = load_engine
+        self._examiner = examine or self._in_process
         self._engine: AnyEngine | None = None
         self._lock = threading.Lock()
         self._stacked: dict[str, AnyEngine] = {}
@@ -300,16 +307,19 @@ class Checker:
         if isinstance(spec, MaskscopeError):
             return None, False
         try:
-            report = Doctor.of(view.engine).examine(
-                spec, seed=self.options.seed, budget_ms=self.options.budget_ms,
-                pydantic=view.pydantic,
-            )  # fmt: skip
-        except CutShortByLoad:
+            report = self._examiner(view.engine, spec, view.pydantic)
+        except (CutShortByLoad, GrammarTooComplex):  # the safety stop, or the memory cap
             return None, True
         except GrammarError:
             return None, False
         search = report.search
         return report, bool(search and search.cut_short_by_load)
+
+    def _in_process(self, engine: AnyEngine, spec: GrammarSpec,
+                    pydantic: PydanticSource | None) -> DoctorReport:  # fmt: skip
+        return Doctor.of(engine).examine(
+            spec, seed=self.options.seed, budget_ms=self.options.budget_ms, pydantic=pydantic
+        )
 
     def _case(self, source: Source, view: _View, stack: str, engine: str,
               report: DoctorReport | None, cut_short: bool) -> Case:  # fmt: skip

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -186,13 +187,26 @@ class StackTools:
         return self._builder.build(request, tokenizer)
 
 
+#: (engine, builder) -> the engine under the builder's tools: one for the pair's life, so what
+#: is kept per engine (its build cache, a server's Doctor workers) is made once, not per check.
+_STACKED: dict[tuple[int, int], tuple[AnyEngine, VllmBuilder, AnyEngine]] = {}
+_STACKED_LOCK = threading.Lock()
+
+
 def with_stack_tools(engine: AnyEngine, builder: VllmBuilder) -> AnyEngine:
     """``engine`` (its model, compilers, shared) whose ``tools`` sources are built by the stack:
-    the Doctor examines, and the engine compiles, the tag that release builds."""
-    tools = StackTools(builder, engine.tools.tokenizer)
-    stacked = copy.copy(engine)
-    stacked.tools = ToolsCompiler(engine.tools.tokenizer, builders=lambda _: tools)
-    return stacked
+    the Doctor examines, and the engine compiles, the tag that release builds (the same object
+    for the same pair)."""
+    key = (id(engine), id(builder))
+    with _STACKED_LOCK:
+        found = _STACKED.get(key)
+        if found is not None:
+            return found[2]
+        tools = StackTools(builder, engine.tools.tokenizer)
+        stacked = copy.copy(engine)
+        stacked.tools = ToolsCompiler(engine.tools.tokenizer, builders=lambda _: tools)
+        _STACKED[key] = (engine, builder, stacked)  # the pair kept alive: its ids stay its own
+        return stacked
 
 
 def derive(builder: VllmBuilder, text: str, engine: AnyEngine) -> DerivedRequest:

@@ -295,3 +295,19 @@ def test_a_suite_checked_under_a_vllm_stack_has_that_releases_findings(
     assert set(by_stack) == {"maskscope", "vllm-0.32.0"}
     free = by_stack["vllm-0.32.0"]["unconstrained"]
     assert free, by_stack["vllm-0.32.0"]
+
+
+@pytest.mark.model
+def test_a_hostile_grammar_is_examined_in_the_doctors_workers_never_the_server(
+    suites_client: TestClient,
+) -> None:
+    # xgrammar's jump-forward search on this grammar never returns and grows without bound: in
+    # a server thread it would hold the thread and the server's memory; a Doctor worker is cut
+    # off at its memory cap, and the suite ends with the source cut short.
+    loop = {"loop.ebnf": b'root ::= "a" root\n'}
+    checked = _checked(suites_client, _post_zip(suites_client, loop))
+    report = checked["report"]
+    assert report["error"] is None and report["done"] == 1, report
+    (case,) = report["cases"]
+    assert case["cut_short"] and case["compiled"], case
+    assert checked["events"][-1]["event"] == "end"

@@ -14,10 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.doctor import DoctorReport, PydanticSource
+from app.engine import AnyEngine, GrammarSpec
 from app.exceptions import CapacityExceeded, MaskscopeError, PermalinkNotFound
 from app.settings import Settings
 from app.suite import Case, CheckOptions, SuiteReport
-from app.suite.checker import Checker
+from app.suite.checker import Checker, Examine
 from app.suite.config import DEFAULT_FAIL_ON
 from app.suite.discovery import Source
 from app.web.runtime.state import AppState
@@ -204,6 +206,23 @@ async def _on_queue(
             await asyncio.sleep(_RETRY_S)
 
 
+def _in_workers(state: AppState, run: SuiteRun) -> Examine:
+    """The Doctor's examination of an uploaded source in its killable, memory-capped worker
+    processes, as ``POST /api/doctor`` runs it: never in the server's own threads, where a
+    hostile grammar could hold a thread or grow without bound."""
+
+    def examine(
+        engine: AnyEngine, spec: GrammarSpec, pydantic: PydanticSource | None
+    ) -> DoctorReport:
+        workers = state.pools.doctor_workers.of(engine)
+        return workers.examine(
+            spec, seed=run.options.seed, budget_ms=run.options.budget_ms, pydantic=pydantic,
+            max_tokens=None,
+        )  # fmt: skip
+
+    return examine
+
+
 async def _check(
     state: AppState, runs: SuiteRuns, run: SuiteRun, render: Callable[[SuiteRun, Source], str]
 ) -> None:
@@ -211,7 +230,9 @@ async def _check(
     try:
         engine = state.require_engine()
         # Never closed: the engine is the app's.
-        checker = Checker(state.settings, run.options, lambda: engine, jobs=1)
+        checker = Checker(
+            state.settings, run.options, lambda: engine, jobs=1, examine=_in_workers(state, run)
+        )
         deadline = time.monotonic() + state.settings.suite_time_limit_s
         for source in run.sources:
             cases = (
