@@ -133,7 +133,7 @@
     const path = MS.appPath(event.detail.path);
     Object.assign(headers, MS.csrfHeaders());
     if (elt) elt.msScope = MS.scopeOf(path);
-    if (path === "/ui/replay") {  // what the inspector replays: the inputs of the replay shown
+    if (MS.isRoute(path, "replay")) {  // what the inspector replays: the inputs of the replay shown
       const read = (name) => (parameters.get ? parameters.get(name) : parameters[name]);
       ui.replayText = read("text");
       ui.replayIds = read("token_ids") ?? "";

@@ -10,7 +10,7 @@
     const values = ui && ui.sessionId && !ui.dirty ? { session: ui.sessionId } : {};
     $("#code-body").innerHTML = '<p class="muted empty">Writing the snippets…</p>';
     dialog.showModal();
-    await htmx.ajax("POST", "/ui/export", {
+    await htmx.ajax("POST", MS.path("export"), {
       source: "#config", target: "#code-body", swap: "innerHTML", values, indicator: "#code-spinner",
     });
   }

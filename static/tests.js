@@ -19,7 +19,7 @@
     const spinner = $("#tests-spinner");
     if (spinner) spinner.classList.add("htmx-request");
     try {
-      await MS.request("tests", "POST", "/ui/tests", {
+      await MS.request("tests", "POST", MS.path("tests"), {
         target: "#tests-result", values: { tests: JSON.stringify(tests) }, form: true,
       });
     } finally {

@@ -48,6 +48,10 @@ _VLLM_STARTUP_S = 900.0
 # What one test on a vLLM server may take once the server is up (pytest-timeout).
 _VLLM_TEST_S = 300.0
 _vllm_servers: dict[str, VllmServer] = {}
+# The share of the other tests still to run when a serial run starts the vLLM servers (their
+# start-up, minutes, overlaps the last of them), and the test that starts them, with their names.
+_VLLM_EARLY = 0.15
+_late_start: dict[str, list[str]] = {}
 # Under pytest-xdist (`make test` runs 2 workers) the controller process owns the vLLM servers,
 # so that none stops while a worker still uses it: the workers write the servers their tests
 # want to this directory, and the controller writes back each server's port and pid.
@@ -117,7 +121,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _write_json(groups_file(shared), groups)
         _write_json(shared / "wanted.json", wanted)
         return
-    _start_vllm_servers(wanted)
+    others = sum(not _uses_vllm(item) for item in items)
+    start = int(others * (1 - _VLLM_EARLY))
+    if not wanted or start == 0:
+        _start_vllm_servers(wanted)
+        return
+    # In one process the servers start near the end of the other tests, not at collection: two
+    # idle servers hold ~7 GB, which the rest of a serial run needs (CI's run was killed by the
+    # kernel with them held for an hour).
+    _late_start.update({items[start].nodeid: wanted})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Start the vLLM servers when a serial run reaches the test :data:`_late_start` names."""
+    if (names := _late_start.pop(item.nodeid, None)) is not None:
+        _start_vllm_servers(names)
 
 
 def _remote_halfway(items: list[pytest.Item]) -> list[pytest.Item]:
@@ -201,6 +220,9 @@ def _vllm(request: pytest.FixtureRequest, name: str) -> VllmServer:
             label, model_dir=checkpoint_source(Settings()), port=where["port"],
             pid=where["pid"], extra=flags,
         )  # fmt: skip
+    elif name not in _vllm_servers:  # its late start's test did not run (deselected, reordered)
+        _late_start.clear()
+        _start_vllm_servers([name])
     server = _vllm_servers[name]
     server.wait_ready(_VLLM_STARTUP_S)
     return server

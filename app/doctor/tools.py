@@ -1,14 +1,18 @@
 """The Doctor on a ``tools`` source: each tool's parameters examined as the tag built compiles them.
 
-The builder's tag (``CompileResult.tools``) holds each tool's arguments as a ``json_schema`` leaf,
-placed by the builder inside the tag that writes the tool's name. Each leaf is matched to its
-tool, then:
+The builder's tag (``CompileResult.tools``) writes each tool's call, and its arguments inside it
+either as one part (a ``json_schema`` leaf, or raw text) or one part per parameter (the
+parameter's name, then its value: a ``json_schema`` leaf, or raw text), whichever the release
+builds; :mod:`app.doctor.tool_leaves` reads which from the tag's structure. Then:
 
-- no tag, or a leaf of ``true`` (any JSON): every keyword of the tool's schema is ``ignored``, and
-  the detail says why;
+- no tag, arguments left as any JSON (a leaf of ``true``) or as raw text: every keyword of the
+  tool's schema (or of the parameter's) is ``ignored``, and the detail says why;
 - a constrained leaf: its schema is examined as a schema is (keyword probe, witnesses, proofs),
   the witnesses replayed through a grammar that is exactly that leaf (compiled as a structural
-  tag of that one format, so its style, ``any_order`` and whitespace are the tag's).
+  tag of that one format, so its style, ``any_order`` and whitespace are the tag's); a
+  parameter's keywords its leaf leaves out are ``ignored``;
+- parameters written apart inside a repeat or a choice: the object's ``required`` (and the other
+  presence keywords) are ``ignored``, as a call may leave a parameter out or write it again.
 
 Pointers and lines are into the tools source (``/tools/N/function/parameters/...``). Each leaf
 and the whole tag's search (for the costs) is a part of the examination, bounded by its counts,
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,103 +47,17 @@ from app.doctor.records import (
 )
 from app.doctor.safety import LOAD_NOTE, Deadline
 from app.doctor.source_lines import json_lines
+from app.doctor.tool_leaves import FREE_KINDS, ParameterValue, ToolLeaf, json_leaves, tool_leaves
 from app.doctor.witnesses import search
 from app.engine.grammars.spec import CompileOptions, CompileResult, GrammarKind, GrammarSpec
 from app.engine.grammars.structural_tag import parse_tag
 from app.engine.grammars.tools.base import ToolsBuild
 from app.exceptions import CutShortByLoad
-from app.paths import pointer_from_parts
+from app.paths import escape_token, pointer_from_parts
 
 __all__ = ["ToolLeaf", "examine_tag", "examine_tools", "tool_leaves"]
 
 NO_TAG = "no tag"
-
-
-@dataclass(frozen=True)
-class ToolLeaf:
-    """Where a tool's arguments are in the tag built.
-
-    Attributes:
-        index: the tool's position in the source's ``tools``.
-        name: its function name.
-        leaf: the ``json_schema`` format holding its arguments (None: the tag has none).
-    """
-
-    index: int
-    name: str
-    leaf: dict[str, Any] | None
-
-
-Parts = tuple[str | int, ...]
-
-
-def _walk(
-    node: Any, context: tuple[str, ...], parts: Parts = ()
-) -> Iterator[tuple[dict[str, Any], tuple[str, ...], Parts]]:
-    """Every ``json_schema`` leaf in document order, with the literal texts around it (the
-    enclosing tags' begins and the strings before it in a sequence), innermost first, and its
-    place in the tag."""
-    if isinstance(node, list):
-        for index, item in enumerate(node):
-            yield from _walk(item, context, (*parts, index))
-        return
-    if not isinstance(node, dict):
-        return
-    kind = node.get("type")
-    if kind in ("json_schema", "qwen_xml_parameter"):
-        yield node, context, parts
-        return
-    if kind == "tag":
-        begin = node.get("begin")
-        text = begin if isinstance(begin, str) else json.dumps(begin)
-        yield from _walk(node.get("content"), (text, *context), (*parts, "content"))
-        return
-    if kind == "sequence":
-        before: list[str] = []
-        for index, element in enumerate(node.get("elements", [])):
-            yield from _walk(element, (*reversed(before), *context), (*parts, "elements", index))
-            if isinstance(element, dict) and element.get("type") == "const_string":
-                before.append(str(element.get("value", "")))
-        return
-    for key, value in node.items():
-        if key != "type":
-            yield from _walk(value, context, (*parts, key))
-
-
-def _named(names: Sequence[str], context: tuple[str, ...]) -> int | None:
-    """The tool whose name the innermost text naming any tool names (the longest such name:
-    ``get`` is in ``get_weather``)."""
-    for text in context:
-        hits = [i for i, name in enumerate(names) if name and name in text]
-        if hits:
-            return max(hits, key=lambda i: len(names[i]))
-    return None
-
-
-def tool_leaves(tag: dict[str, Any] | None, tools: Sequence[dict[str, Any]]) -> list[ToolLeaf]:
-    """Each tool's arguments leaf in ``tag`` (a built ``{"type": "structural_tag", ...}``).
-
-    A leaf goes to the tool its surrounding literals name (the builders write the name in the
-    tag's ``begin``, or in a string before the arguments); failing that, to the one tool whose
-    parameters it holds; failing that, by position when there are as many leaves as tools. A tool
-    with several leaves (e.g. one branch per reasoning mode) gets its first constrained one.
-    """
-    names = [str(t.get("function", {}).get("name", "")) for t in tools]
-    found: dict[int, dict[str, Any]] = {}
-    walked = list(_walk(tag.get("format") if tag else None, ()))
-    for position, (leaf, context, _) in enumerate(walked):
-        index = _named(names, context)
-        if index is None:
-            schema = leaf.get("json_schema")
-            same = [i for i, t in enumerate(tools) if t["function"].get("parameters") == schema]
-            index = same[0] if len(same) == 1 else None
-        if index is None and len(walked) == len(tools):
-            index = position
-        if index is None:
-            continue
-        if index not in found or found[index].get("json_schema") is True:
-            found[index] = leaf
-    return [ToolLeaf(i, name, found.get(i)) for i, name in enumerate(names)]
 
 
 def _why_any(tool: dict[str, Any], builder: str) -> str:
@@ -250,15 +168,25 @@ def examine_tools(
             detail = f"no tag: the call is not constrained ({reason})"
             out.keywords += _ignored_rows(schema, prefix, line_of, detail)
             out.free.append(Message(f"arguments of {tool.name}: {detail}", prefix))
-        elif tool.leaf is None:
+        elif not tool.called:
             out.free.append(Message(f"the tag built has no call of {tool.name}", prefix))
-        elif tool.leaf.get("json_schema") is True:
+        elif tool.leaf is not None and tool.leaf.get("json_schema") is not True:
+            _examine_leaf(doctor, tool.leaf, tool.name, prefix, line_of, seed, budget_ms, out)
+        elif tool.parameters:
+            _examine_parameters(doctor, tool, schema, prefix, line_of, seed, budget_ms, out)
+        elif tool.leaf is not None:
             why = _why_any(tools[tool.index], builder)
             detail = f'the tag built leaves the arguments as any JSON ("json_schema": true; {why})'
             out.keywords += _ignored_rows(schema, prefix, line_of, detail)
             out.free.append(Message(f"arguments of {tool.name}: any JSON ({why})", prefix))
-        else:
-            _examine_leaf(doctor, tool, prefix, line_of, seed, budget_ms, out)
+        elif tool.free is not None:
+            detail = f"the tag built takes the arguments as raw text ({tool.free['type']})"
+            out.keywords += _ignored_rows(schema, prefix, line_of, detail)
+            said = f"raw text, not constrained ({tool.free['type']})"
+            out.free.append(Message(f"arguments of {tool.name}: {said}", prefix))
+        elif isinstance(schema, dict) and schema.get("properties"):
+            message = f"the tag built writes a call of {tool.name} with no arguments"
+            out.free.append(Message(message, prefix))
     costs = _whole_tag_costs(doctor, grammar, seed, budget_ms, max_tokens, out)
     backends = _backends(out, grammar.warnings, build, builder)
     return out.report(seed, backends, costs)
@@ -278,16 +206,14 @@ def examine_tag(
         max_tokens: a generation limit to compare with the shortest document of the whole tag.
     """
     tag = json.loads(grammar.spec.source)
-    walked = list(_walk(tag.get("format"), (), ("format",))) if "format" in tag else []
-    leaves = [
-        (leaf, parts) for leaf, _, parts in walked if isinstance(leaf.get("json_schema"), dict)
-    ]
+    walked = list(json_leaves(tag.get("format"), ("format",))) if "format" in tag else []
+    leaves = [(leaf, parts) for leaf, parts in walked if isinstance(leaf.get("json_schema"), dict)]
     line_of = json_lines(grammar.spec.source)
     out = _Gathered()
     for leaf, parts in leaves:
         prefix = pointer_from_parts([*parts, "json_schema"])
-        named = ToolLeaf(-1, f"the leaf at {pointer_from_parts(parts)}", leaf)
-        _examine_leaf(doctor, named, prefix, line_of, seed, budget_ms, out)
+        name = f"the leaf at {pointer_from_parts(parts)}"
+        _examine_leaf(doctor, leaf, name, prefix, line_of, seed, budget_ms, out)
     costs = _whole_tag_costs(doctor, grammar, seed, budget_ms, max_tokens, out)
     build = ToolsBuild(tag, None, None, {})
     backends = _backends(out, grammar.warnings, build, "structural_tag")
@@ -325,16 +251,16 @@ def _whole_tag_costs(
 
 def _examine_leaf(
     doctor: Examiner,
-    tool: ToolLeaf,
+    leaf: dict[str, Any],
+    name: str,
     prefix: str,
     line_of: Callable[[str], int | None],
     seed: int,
     budget_ms: int,
     out: _Gathered,
 ) -> None:
-    """One constrained leaf examined as a schema, its pointers moved into the tools source."""
-    assert tool.leaf is not None
-    leaf = tool.leaf
+    """One constrained leaf (a tool's arguments, or one parameter's value) examined as a schema,
+    its pointers moved to ``prefix`` in the tools source."""
     schema = leaf.get("json_schema")
     if leaf.get("type") == "qwen_xml_parameter":  # the deprecated form of style qwen_xml
         leaf = {"type": "json_schema", "json_schema": schema, "style": "qwen_xml"}
@@ -356,7 +282,7 @@ def _examine_leaf(
     ).run(seed, budget_ms, None)
     out.keywords += [dataclasses.replace(k, pointer=prefix + k.pointer) for k in report.keywords]
     out.witnesses += [_witness_moved(w, prefix) for w in report.witnesses]
-    out.findings += [_finding_moved(f, prefix, tool.name) for f in report.findings]
+    out.findings += [_finding_moved(f, prefix, name) for f in report.findings]
     if report.search is not None:
         out.searches.append(report.search)
     if report.enforcement is not None:
@@ -364,11 +290,75 @@ def _examine_leaf(
     if leaf.get("any_order"):
         out.free.append(
             Message(
-                f"arguments of {tool.name}: any_order: required keys may be missing and keys "
+                f"arguments of {name}: any_order: required keys may be missing and keys "
                 "may repeat (the keyword probe compares the schema's own compile)",
                 prefix,
             )
         )
+
+
+#: The object's keywords a call that may leave a parameter out, or write it again, ignores.
+_PRESENCE = ("required", "minProperties", "maxProperties", "dependentRequired", "dependencies")
+
+
+def _examine_parameters(
+    doctor: Examiner,
+    tool: ToolLeaf,
+    schema: Any,
+    prefix: str,
+    line_of: Callable[[str], int | None],
+    seed: int,
+    budget_ms: int,
+    out: _Gathered,
+) -> None:
+    """A tool whose tag writes each parameter apart: each value as the tag writes it (a JSON
+    leaf examined, raw text ignoring every keyword of the parameter), and the object's presence
+    keywords ignored where a parameter may be left out or repeated."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    values: dict[str, ParameterValue] = {}
+    for value in tool.parameters:  # a constrained leaf, where a parameter has several values
+        kept = values.get(value.name)
+        if kept is None or not isinstance(kept.value.get("json_schema"), dict):
+            values[value.name] = value
+    for name, declared in (properties or {}).items():
+        where = f"{prefix}/properties/{escape_token(name)}"
+        node = values[name].value if name in values else None
+        if node is None:
+            message = f"the tag built writes no parameter {name} of {tool.name}"
+            out.free.append(Message(message, where))
+        elif node.get("type") in FREE_KINDS or node.get("json_schema") is True:
+            what = "any JSON" if node.get("json_schema") is True else "raw text"
+            detail = f"the tag built takes the value of {name} as {what} ({node['type']})"
+            out.keywords += _ignored_rows(declared, where, line_of, detail)
+            said = (
+                "any JSON" if what == "any JSON" else f"raw text, not constrained ({node['type']})"
+            )
+            out.free.append(Message(f"arguments of {tool.name}: {name}: {said}", where))
+        else:
+            compiled = node.get("json_schema")
+            kept_pointers = {k.pointer for k in constraint_keywords(compiled)}
+            detail = f"the tag built compiles {name} as {json.dumps(compiled)}, without it"
+            out.keywords += [
+                k
+                for k in _ignored_rows(declared, where, line_of, detail)
+                if k.pointer[len(where) :] not in kept_pointers
+            ]
+            leaf_name = f"{tool.name} ({name})"
+            _examine_leaf(doctor, node, leaf_name, where, line_of, seed, budget_ms, out)
+    if any(value.loose for value in tool.parameters):
+        detail = (
+            "the tag writes each parameter apart, in any order and any number of times: a call "
+            "may leave a parameter out or write it again"
+        )
+        rows = _ignored_rows(schema, prefix, line_of, detail)
+        out.keywords += [k for k in rows if k.pointer[len(prefix) :] in _own(_PRESENCE)]
+        message = f"arguments of {tool.name}: each parameter may be left out or written again"
+        out.free.append(Message(message, prefix))
+
+
+def _own(keywords: Sequence[str]) -> set[str]:
+    """The pointers of the root object's own ``keywords``."""
+    return {f"/{keyword}" for keyword in keywords}
 
 
 def _search(searches: Sequence[Search], seed: int, *, by_load: bool) -> Search | None:

@@ -9,6 +9,7 @@ facts about this mask, computed, not reasons guessed from the schema.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,13 +117,15 @@ class _Features:
     special: np.ndarray
 
 
-_FEATURES: dict[int, tuple[Tokens, _Features]] = {}
+#: Each tokenizer's features by its identity, while it lives (a strong reference here kept
+#: every tokenizer a process ever opened, its vocabulary with it).
+_FEATURES: dict[int, _Features] = {}
 
 
 def _features(tokens: Tokens) -> _Features:
     cached = _FEATURES.get(id(tokens))
-    if cached is not None and cached[0] is tokens:
-        return cached[1]
+    if cached is not None:
+        return cached
     n = tokens.vocab_size
     special = np.zeros(n, dtype=bool)
     special[list(tokens.special_ids)] = True
@@ -153,7 +156,9 @@ def _features(tokens: Tokens) -> _Features:
         length=length,
         special=special,
     )
-    _FEATURES[id(tokens)] = (tokens, features)
+    if id(tokens) not in _FEATURES:
+        weakref.finalize(tokens, _FEATURES.pop, id(tokens), None)
+    _FEATURES[id(tokens)] = features
     return features
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -187,9 +188,11 @@ class StackTools:
         return self._builder.build(request, tokenizer)
 
 
-#: (engine, builder) -> the engine under the builder's tools: one for the pair's life, so what
-#: is kept per engine (its build cache, a server's Doctor workers) is made once, not per check.
-_STACKED: dict[tuple[int, int], tuple[AnyEngine, VllmBuilder, AnyEngine]] = {}
+#: (engine, builder) -> the engine under the builder's tools: one while the engine lives, so
+#: what is kept per engine (its build cache, a server's Doctor workers) is made once, not per
+#: check. Keyed by identity and dropped with the engine (kept, it would keep every engine a
+#: process opened, its tokenizer and compile workers with it).
+_STACKED: dict[tuple[int, int], tuple[VllmBuilder, AnyEngine]] = {}
 _STACKED_LOCK = threading.Lock()
 
 
@@ -200,12 +203,14 @@ def with_stack_tools(engine: AnyEngine, builder: VllmBuilder) -> AnyEngine:
     key = (id(engine), id(builder))
     with _STACKED_LOCK:
         found = _STACKED.get(key)
-        if found is not None:
-            return found[2]
+        if found is not None and found[0] is builder:
+            return found[1]
         tools = StackTools(builder, engine.tools.tokenizer)
         stacked = copy.copy(engine)
         stacked.tools = ToolsCompiler(engine.tools.tokenizer, builders=lambda _: tools)
-        _STACKED[key] = (engine, builder, stacked)  # the pair kept alive: its ids stay its own
+        if found is None:  # the builder is held by the entry; the engine's end drops it
+            weakref.finalize(engine, _STACKED.pop, key, None)
+        _STACKED[key] = (builder, stacked)
         return stacked
 
 

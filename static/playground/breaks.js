@@ -25,7 +25,7 @@
     const id = ui.sessionId;
     showBreak(null);
     if (!id) return;
-    await fetch(MS.url(`/api/sessions/${id}/resume`), { method: "POST", headers: MS.csrfHeaders() });
+    await fetch(MS.url(MS.path("resume", { session_id: id })), { method: "POST", headers: MS.csrfHeaders() });
     MS.runOrPause();
   }
 

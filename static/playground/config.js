@@ -64,7 +64,7 @@
 
   async function loadExample(id) {
     if (!id) return;
-    const response = await fetch(MS.url(`/api/examples/${encodeURIComponent(id)}`));
+    const response = await fetch(MS.url(MS.path("example", { example_id: id })));
     if (!response.ok) return;
     const example = await response.json();
     const form = $("#config");
@@ -99,7 +99,7 @@
     if (watching || !picker || $$("option", picker).every(settled)) return;
     watching = true;
     try {
-      const response = await fetch(MS.url("/api/models"));
+      const response = await fetch(MS.url(MS.path("models")));
       if (response.ok) updateModels(picker, await response.json());
     } catch (error) { /* the server is away: ask again */ }
     watching = false;

@@ -1,6 +1,6 @@
 // Maskscope playground, shared core: the namespace every playground script adds to, the UI state,
-// the toast, and the action queue. Scripts load in order (see templates/base.html): core, editor,
-// config, inspector, timeline, session, replay, keys, then app.js binds them to the page.
+// the toast, and the action queue. Scripts load in order (see templates/base.html): core, routes,
+// editor, config, inspector, timeline, session, replay, keys, then app.js binds them to the page.
 window.MS = (() => {
   "use strict";
   const $ = (sel, root = document) => root.querySelector(sel);
@@ -48,10 +48,10 @@ window.MS = (() => {
   // What a request to `path` belongs to, taken when it is sent: its answer is dropped when that
   // is no longer what the page shows (a newer setup, another session, a newer replay).
   function scopeOf(path) {
-    const session = /^\/ui\/sessions\/([^/]+)\//.exec(path);
-    if (session) return { session: session[1] };
-    if (path === "/ui/replay") return { setup: ui.setup, replay: ++ui.replayRun };
-    if (path.startsWith("/ui/replay/")) return { setup: ui.setup, replay: ui.replayRun };
+    const route = MS.routeOf(path) || { name: null, params: {} };
+    if (route.params.session_id !== undefined) return { session: route.params.session_id };
+    if (route.name === "replay") return { setup: ui.setup, replay: ++ui.replayRun };
+    if (route.name === "replayStep") return { setup: ui.setup, replay: ui.replayRun };
     return { setup: ui.setup };
   }
 
@@ -97,7 +97,7 @@ window.MS = (() => {
 
   // The path the server is served under behind a proxy ("" at /, else "/maskscope": see
   // app/web/middleware/rootpath.py). url() puts it before an app path, for fetch() and links; every htmx
-  // request path starting with "/" gets it here, once, so hx-post="/ui/..." stays as written.
+  // request path starting with "/" gets it here, once, so an hx-post path stays as written.
   const rootPath = meta("root-path");
   const url = (path) => (rootPath && path.startsWith("/") && !path.startsWith(`${rootPath}/`) ? rootPath + path : path);
   document.addEventListener("htmx:configRequest", (event) => { event.detail.path = url(event.detail.path); });

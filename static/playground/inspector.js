@@ -34,7 +34,7 @@
     ui.inspectorBusy = true;
     ui.requestedIndex = index;
     // A request that never got an answer (the server went away) rejects with nothing to say.
-    MS.request("inspector", "GET", `/ui/sessions/${ui.sessionId}/steps/${index}`, { target: "#inspector", swap: "outerHTML" })
+    MS.request("inspector", "GET", MS.path("inspect", { session_id: ui.sessionId, index }), { target: "#inspector", swap: "outerHTML" })
       .catch(() => {})
       .finally(() => {
         ui.inspectorBusy = false;
@@ -63,7 +63,7 @@
     const inspector = $("#inspector");
     const model = (inspector && inspector.dataset.model) || "local";
     if (!ui.vocabs[model]) {
-      ui.vocabs[model] = fetch(MS.url(`/api/vocab?model=${encodeURIComponent(model)}`))
+      ui.vocabs[model] = fetch(MS.url(MS.path("vocab", {}, { model })))
         .then((r) => (r.ok ? r.json() : Promise.reject(new Error(`no vocabulary for ${model}`))))
         .then((v) => v.tokens)
         .catch((error) => { delete ui.vocabs[model]; throw error; });

@@ -26,7 +26,7 @@
     const box = $("#shadow-result");
     box.hidden = false;
     box.textContent = "running the model with no mask…";
-    const response = await fetch(MS.url(`/api/sessions/${id}/shadow`), {
+    const response = await fetch(MS.url(MS.path("shadow", { session_id: id })), {
       method: "POST", headers: { ...MS.csrfHeaders(), "Content-Type": "application/json" },
       body: JSON.stringify({ from: start, tokens: 32 }),
     });
@@ -82,7 +82,7 @@
   async function byPath() {
     const id = ui.sessionId;
     if (!id) return;
-    const response = await fetch(MS.url(`/api/sessions/${id}/by-path`), { headers: MS.scopeHeaders() });
+    const response = await fetch(MS.url(MS.path("byPath", { session_id: id })), { headers: MS.scopeHeaders() });
     if (!response.ok) return;
     rows = await response.json();
     $("#by-path").hidden = false;

@@ -74,7 +74,7 @@
     const picker = $("#model");
     const model = (picker && picker.value) || "local";
     if (ui.vocabs[model]) return;
-    ui.vocabs[model] = fetch(MS.url(`/api/vocab?model=${encodeURIComponent(model)}`))
+    ui.vocabs[model] = fetch(MS.url(MS.path("vocab", {}, { model })))
       .then((r) => (r.ok ? r.json() : Promise.reject(new Error(`no vocabulary for ${model}`))))
       .then((v) => v.tokens)
       .catch((error) => { delete ui.vocabs[model]; throw error; });
@@ -106,15 +106,14 @@
 
   // A permalink opened at the step shared (/s/{id}?step=36): the request that rebuilds the
   // session names it, and the server inspects that step; its chip is scrolled into view.
-  const OPEN_PATH = /^\/ui\/permalinks\/[^/]+\/open$/;
   document.addEventListener("htmx:configRequest", (event) => {
     const banner = $("#permalink-banner");
-    if (banner && banner.dataset.step !== undefined && OPEN_PATH.test(event.detail.path)) {
+    if (banner && banner.dataset.step !== undefined && MS.isRoute(event.detail.path, "permalinkOpen")) {
       event.detail.parameters.step = banner.dataset.step;
     }
   });
   document.addEventListener("htmx:afterSettle", (event) => {
-    if (!OPEN_PATH.test((event.detail.pathInfo || {}).requestPath || "")) return;
+    if (!MS.isRoute((event.detail.pathInfo || {}).requestPath, "permalinkOpen")) return;
     // after app.js's refresh (its frame marks the selected chip and scrolls to the end)
     requestAnimationFrame(() => setTimeout(() => {
       const chip = $("#tokens .chip.selected");

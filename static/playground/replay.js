@@ -21,7 +21,7 @@
     // The text of the replay shown, not what the box holds now (it may have been edited since).
     const values = { text: ui.replayText ?? $("#replay-text").value,
       token_ids: ui.replayIds ?? $("#replay-ids").value, log: ui.replayLog ?? $("#replay-log").value };
-    return MS.request("replay-inspector", "POST", `/ui/replay/${chip.dataset.index}`, { target: "#inspector", swap: "outerHTML", values, form: true });
+    return MS.request("replay-inspector", "POST", MS.path("replayStep", { index: chip.dataset.index }), { target: "#inspector", swap: "outerHTML", values, form: true });
   }
 
   function moveReplay(delta) {

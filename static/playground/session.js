@@ -18,7 +18,7 @@
     clearDiscarded();
     $("#session-area").classList.remove("stale");
     const link = $("#download-trace");
-    link.href = MS.url(`/api/sessions/${ui.sessionId}/trace`);
+    link.href = MS.url(MS.path("trace", { session_id: ui.sessionId }));
     link.classList.remove("disabled");
     $("#share-result").innerHTML = "";
     return ui.sessionId;
@@ -31,7 +31,7 @@
       return null;
     }
     const before = $("#session");
-    await MS.request("session", "POST", "/ui/sessions", { target: "#session-area", form: true });
+    await MS.request("session", "POST", MS.path("session"), { target: "#session-area", form: true });
     const opened = $("#session");
     // Refused (a 4xx, in the toast) or dropped (the setup changed meanwhile): no session to use.
     if (!opened || opened === before) return null;
@@ -47,7 +47,7 @@
     const values = model ? { model, rebuild } : { rebuild };
     const polling = followRebuild(id, rebuild);
     try {
-      await MS.request("session", "POST", `/ui/permalinks/${encodeURIComponent(id)}/open`, { target: "#session-area", values });
+      await MS.request("session", "POST", MS.path("permalinkOpen", { snapshot_id: id }), { target: "#session-area", values });
     } finally {
       polling.stop();
     }
@@ -72,7 +72,7 @@
   const REBUILD_POLL_MS = 250;
   function followRebuild(id, rebuild) {
     let stopped = false, timer = null;
-    const url = MS.url(`/ui/permalinks/${encodeURIComponent(id)}/progress?rebuild=${rebuild}`);
+    const url = MS.url(MS.path("permalinkProgress", { snapshot_id: id }, { rebuild }));
     async function poll() {
       if (stopped) return;
       try {
@@ -102,7 +102,7 @@
       return;
     }
     const tests = window.maskscopeTests ? window.maskscopeTests.json() : "[]";  // static/tests.js
-    await MS.request("share", "POST", `/ui/sessions/${ui.sessionId}/share`, { target: "#share-result", values: { tests } });
+    await MS.request("share", "POST", MS.path("share", { session_id: ui.sessionId }), { target: "#share-result", values: { tests } });
     const link = $("#share-result .share-link");
     if (!link) return;
     link.querySelector("input").select();
@@ -119,7 +119,7 @@
     if (!id || sessionDone()) return;
     ui.follow = true;
     clearDiscarded();
-    await MS.request("action", "POST", `/ui/sessions/${id}/step`, { target: "#tokens", swap: "beforeend", values: { n } });
+    await MS.request("action", "POST", MS.path("step", { session_id: id }), { target: "#tokens", swap: "beforeend", values: { n } });
     followLast();
   }
 
@@ -140,7 +140,7 @@
     if (ui.discarded && chipCount() === ui.discarded.at + 1) return restoreDiscarded();
     clearDiscarded();
     ui.follow = true;
-    await MS.request("action", "POST", `/ui/sessions/${ui.sessionId}/back`, { target: "#tokens", swap: "beforeend" });
+    await MS.request("action", "POST", MS.path("back", { session_id: ui.sessionId }), { target: "#tokens", swap: "beforeend" });
     followLast();
   }
 
@@ -156,7 +156,7 @@
 
   async function runOrPause() {
     if (ui.running) {
-      await fetch(MS.url(`/ui/sessions/${ui.sessionId}/pause`), { method: "POST", headers: MS.csrfHeaders() });
+      await fetch(MS.url(MS.path("pause", { session_id: ui.sessionId })), { method: "POST", headers: MS.csrfHeaders() });
       return;
     }
     const id = await ensureSession();
@@ -164,7 +164,7 @@
     ui.follow = true;
     clearDiscarded();
     setRunning(true);
-    await MS.request("action", "POST", `/ui/sessions/${id}/run`, { target: "#runner", swap: "outerHTML" });
+    await MS.request("action", "POST", MS.path("run", { session_id: id }), { target: "#runner", swap: "outerHTML" });
     if (!$("#runner[data-running]")) setRunning(false);  // refused: the toast says why
   }
 
@@ -175,7 +175,7 @@
     setRunning(false);
     const runner = $("#runner");
     if (runner) runner.outerHTML = '<div id="runner"></div>';
-    if (id) fetch(MS.url(`/ui/sessions/${id}/pause`), { method: "POST", headers: MS.csrfHeaders() }).catch(() => {});
+    if (id) fetch(MS.url(MS.path("pause", { session_id: id })), { method: "POST", headers: MS.csrfHeaders() }).catch(() => {});
   }
 
   function runEnded() {
@@ -201,7 +201,7 @@
     }
     const discarded = later.map((c) => ({ token: Number(c.dataset.tokenId), forced: c.classList.contains("forced") }));
     const session = ui.sessionId;
-    await MS.request("action", "POST", `/ui/sessions/${session}/force`, { target: "#tokens", swap: "beforeend", values: { token_id: tokenId, at } });
+    await MS.request("action", "POST", MS.path("force", { session_id: session }), { target: "#tokens", swap: "beforeend", values: { token_id: tokenId, at } });
     // Refused (a blocked token: the toast says why): nothing changed, the selection stays on
     // the step inspected (issue 45, B5); taken, the steps end at `at` and the selection follows.
     if (chipCount() !== at + 1) { MS.markSelected(); return; }
@@ -233,17 +233,17 @@
   async function restoreDiscarded() {
     const { at, steps } = ui.discarded;
     clearDiscarded();
-    await MS.request("action", "POST", `/ui/sessions/${ui.sessionId}/back`, { target: "#tokens", swap: "beforeend" });
+    await MS.request("action", "POST", MS.path("back", { session_id: ui.sessionId }), { target: "#tokens", swap: "beforeend" });
     let i = 0;
     while (i < steps.length) {
       if (steps[i].forced) {
-        await MS.request("action", "POST", `/ui/sessions/${ui.sessionId}/force`, { target: "#tokens", swap: "beforeend", values: { token_id: steps[i].token, at: at + i } });
+        await MS.request("action", "POST", MS.path("force", { session_id: ui.sessionId }), { target: "#tokens", swap: "beforeend", values: { token_id: steps[i].token, at: at + i } });
         i++;
         continue;
       }
       let n = 0;
       while (i + n < steps.length && !steps[i + n].forced) n++;
-      await MS.request("action", "POST", `/ui/sessions/${ui.sessionId}/step`, { target: "#tokens", swap: "beforeend", values: { n } });
+      await MS.request("action", "POST", MS.path("step", { session_id: ui.sessionId }), { target: "#tokens", swap: "beforeend", values: { n } });
       i += n;
     }
     followLast();
@@ -320,7 +320,7 @@
   // The output exactly as the server holds it (special tokens add nothing), not the chips' text.
   async function copyOutput(button) {
     if (!ui.sessionId) return;
-    const response = await fetch(MS.url(`/api/sessions/${ui.sessionId}`));
+    const response = await fetch(MS.url(MS.path("sessionSteps", { session_id: ui.sessionId })));
     if (!response.ok) return;
     const { text } = await response.json();
     try { await navigator.clipboard.writeText(text); }

@@ -1,8 +1,9 @@
 // The timeline under the output: depth, allowed tokens (log) and probability removed per step;
 // for a structural tag, its segments as bands behind them, and the unmasked steps (the
 // reasoning, under mask_after_end) as a slate strip along the top. The class strip
-// (classes.js) has its own lane along the bottom; an empty mask (vLLM aborts the request there) is
-// a full-height black mark, a token that straddles the reasoning's end a violet notch on top.
+// (classes.js) has its own lane along the bottom, as tall as MS.classLane says; an empty mask
+// (vLLM aborts the request there) is a full-height black mark, a token that straddles the
+// reasoning's end a violet notch on top.
 (() => {
   "use strict";
   const { $, $$, ui } = MS;
@@ -29,7 +30,7 @@
                                      empty: c.dataset.emptyMask === "true", straddle: c.dataset.straddle !== undefined }));
     drawSegments(ctx, chips, w, height, canvas);
     // the lines and bars stand above the class strip's lane, never over it
-    const plot = height - CLASS_LANE;
+    const plot = height - (MS.classLane ? MS.classLane(height) : 0);
     const maxDepth = Math.max(1, ...data.map((d) => d.depth));
     const logVocab = Math.log10(data[0].vocab || 49152);
     ctx.fillStyle = "rgba(225, 29, 72, 0.45)";
@@ -61,7 +62,6 @@
     tag_end: "rgba(245, 158, 11, 0.25)",
   };
   const UNMASKED = "rgb(71, 85, 105)";
-  const CLASS_LANE = 10;  // the class strip's height (classes.js) and a 2 px gap above it
 
   // An empty mask (vLLM aborts the request at that step): a full-height black mark; a token that
   // straddles the reasoning's end: a violet notch along the top. The steps are written on the

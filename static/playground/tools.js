@@ -1,13 +1,13 @@
 // The Tools tab: its controls (builder, format, tool_choice, reasoning, parallel calls, each
 // tool's strict, and the vLLM serve flags reasoning_parser, strict_level and strict calling) edit
-// the tools source's fields; the formats come from GET /api/tool-formats and the serve flags'
-// values from GET /api/serve-flags (vLLM's own registries), and the compile panel's tag opens as
+// the tools source's fields; the formats come from the tool-formats route and the serve flags'
+// values from the serve-flags route (vLLM's own registries), and the compile panel's tag opens as
 // a structural_tag source. The options a tag does not carry are disabled (issue 45, C12).
 (() => {
   "use strict";
   const { $, $$, ui } = MS;
   let formats = [];
-  let flags = null;  // GET /api/serve-flags: the serve flags' fields and their values
+  let flags = null;  // the serve-flags route's answer: the serve flags' fields and their values
   let flagsAsked = false;
   let builderNote = "";  // what the last builder switch did to the format
 
@@ -117,8 +117,8 @@
     flagsAsked = true;
     const model = ($("#model") || { value: "" }).value;
     try {
-      let response = await fetch(MS.url(`/api/serve-flags?model=${encodeURIComponent(model)}`));
-      if (!response.ok) response = await fetch(MS.url("/api/serve-flags"));  // a model loading
+      let response = await fetch(MS.url(MS.path("serveFlags", {}, { model })));
+      if (!response.ok) response = await fetch(MS.url(MS.path("serveFlags")));  // a model loading
       if (response.ok) flags = await response.json();
     } catch (error) { /* the server is away: the pickers stay as the source says */ }
     sync();
@@ -273,7 +273,7 @@
 
   async function loadFormats() {
     try {
-      const response = await fetch(MS.url("/api/tool-formats"));
+      const response = await fetch(MS.url(MS.path("toolFormats")));
       if (response.ok) formats = await response.json();
     } catch (error) { /* the server is away: the picker stays as the source says */ }
     sync();

@@ -87,16 +87,23 @@ def test_the_shadow_and_the_per_path_table_beside_the_output(page: Page, live_se
 
 
 def test_the_timeline_marks_every_step_an_alarm_held_at(page: Page, live_server: str) -> None:
+    # `[0-9]{10,30}`: the first 10 steps allow digits only, the later ones the end too
     _nested(page, live_server, max_tokens=30)
-    page.fill('textarea[name="user"]', "Create user 31415926535897932384626433832795028841971.")
+    page.click('label.tab:has(input[value="regex"])')
+    page.evaluate("(text) => MS.setSource(text)", "[0-9]{10,30}")
+    expect(page.locator("#compile-result .stats")).to_contain_text("compiled")
     page.click("#btn-run")
     expect(page.locator("#status")).to_have_attribute("data-done", "true", timeout=120_000)
     steps = _steps(page)
-    digits = [str(s["token_text"]).isdigit() for s in steps]
-    runaway = [i for i in range(15, len(steps)) if all(digits[i - 15 : i + 1])]
-    assert runaway, "the id runs past 16 digits"
+    only = [
+        bool(s["allowed_count"]) and (s["classes"] or {}).get("digit") == s["allowed_count"]  # type: ignore[attr-defined]
+        for s in steps
+    ]
+    assert only[:10] == [True] * 10 and not any(only[10:]), only
     alarmed = [i for i, s in enumerate(steps) if s["alarms"]]
-    assert alarmed == runaway  # the default runaway_number alarm, at each of those steps
+    # the default "digits only" alarm, from the 8th step of the run of allowed sets on
+    assert alarmed == [7, 8, 9]
+    assert all(s["alarms"] == ["digits_only k=8"] for s in steps[7:10])
     marked = page.locator("#timeline").get_attribute("data-alarms") or ""
-    assert [int(i) for i in marked.split(",")] == alarmed
+    assert [int(i) for i in marked.split(",")] == alarmed  # one mark a step, not two
     expect(page.locator("#tokens .chip.alarm")).to_have_count(len(alarmed))

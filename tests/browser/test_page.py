@@ -156,15 +156,19 @@ def test_4_switching_example_mid_run_stops_it_and_marks_the_old_output(
     expect(page.locator("#tokens .chip").nth(4)).to_be_visible(timeout=60_000)
     count = page.locator("#status .count")
     expect(count).not_to_have_text("0 / 320 steps")  # the counter follows the stream
-    _pick(page, "nested")
+    # The run stopped: its stream closed (the runner emptied) and the server answered the pause.
+    with page.expect_response(lambda r: r.url.endswith("/pause") and r.ok, timeout=60_000):
+        _pick(page, "nested")
+    stopped_at = page.locator("#tokens .chip").count()
+    # No chip can come after: htmx's SSE extension swaps nothing into a runner out of the page.
+    expect(page.locator("#runner")).to_be_empty()
+    expect(page.locator("#runner")).not_to_have_attribute("data-running", "true")
     expect(page.locator("#session-area")).to_have_class("session-area stale")
     expect(page.locator("#session-area .stale-note")).to_contain_text("previous setup")
     expect(page.locator("#btn-run")).to_have_text("▶ Run")
-    stopped_at = page.locator("#tokens .chip").count()
-    page.wait_for_timeout(1500)
+    shot(page, "page-4-stale")
     assert page.locator("#tokens .chip").count() <= stopped_at + 1  # the step in flight at most
     assert page.locator("#status").get_attribute("data-done") == "false"  # no verdict for it
-    shot(page, "page-4-stale")
     page.keyboard.press(" ")  # a new session for the new schema
     expect(page.locator("#status")).to_have_attribute("data-done", "true", timeout=60_000)
     expect(page.locator("#session-area")).not_to_have_class("session-area stale")

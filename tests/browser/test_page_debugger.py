@@ -14,6 +14,7 @@ import pytest
 from playwright.sync_api import Browser, Page, Route, expect
 
 from app.engine import Engine
+from app.engine.mask_summary import CLASS_KEYS, CLASS_LABELS
 from tests.browser.conftest import shot
 from tests.browser.shared_page import (
     PATTERN_AND_LENGTH,
@@ -275,6 +276,19 @@ def test_classes_strip_is_drawn_on_the_timeline(shared: Shared, live_server: str
     page = shared.example(live_server, "pricing")
     steps(page, 4)
     canvas = page.locator("#timeline")
-    expect(canvas).to_have_attribute("data-classes", re.compile(r"^(\d+:[\d.]+/[\d.]+,){3}"))
+    expect(canvas).to_have_attribute("data-classes", re.compile(r"^(\d+:[\d./]+,){3}"))
     drawn = (canvas.get_attribute("data-classes") or "").split(",")
     assert [entry.split(":")[0] for entry in drawn] == ["0", "1", "2", "3"], drawn
+    # every class the records count is a row, in the legend's order, with the inspector's words
+    keys = (canvas.get_attribute("data-class-keys") or "").split(",")
+    assert keys == list(CLASS_KEYS)
+    legend = page.locator(".timeline-legend .classes [data-class]")
+    expect(legend).to_have_count(len(CLASS_KEYS))
+    titles = [legend.nth(i).get_attribute("title") for i in range(len(CLASS_KEYS))]
+    assert titles == [f"allowed tokens {CLASS_LABELS[key]}" for key in CLASS_KEYS]
+    records = _session_answer(page)["steps"]
+    for entry, record in zip(drawn, records, strict=True):
+        shares = [float(x) for x in entry.split(":")[1].split("/")]
+        allowed = record["allowed_count"]
+        expected = [min(record["classes"][key] / allowed, 1) for key in CLASS_KEYS]
+        assert shares == pytest.approx(expected, abs=1e-3), (entry, record["classes"])

@@ -18,6 +18,7 @@ from playwright.sync_api import (
     expect,
 )
 
+from tests.browser.answered import answered, wait_answered
 from tests.browser.conftest import REPORT_CSP_VIOLATIONS, csp_violations, shot
 
 WIDE: ViewportSize = {"width": 1440, "height": 900}
@@ -242,7 +243,12 @@ def test_p14_a_first_visit_has_an_example_and_fits_1280x720(
     expect(page.locator("#compile-result.empty-source")).to_contain_text("pick an example")
     expect(page.locator("#session-area .stale-note")).to_be_visible()
     _below(page, "#tokens", ".output-tools")  # the stale note pushes, never overlaps
-    page.wait_for_timeout(800)  # the compile's debounce: no late error replaces the hint
+    # A late compile answer (one sent before the editor was emptied) keeps the hint: the compile
+    # trigger fired now takes the place of any pending (its debounce) or in flight (hx-sync).
+    since = answered(page)
+    page.evaluate("() => htmx.trigger(document.body, 'compile')")
+    wait_answered(page, r"/ui/compile$", since=since)
+    expect(page.locator("#compile-result.empty-source")).to_contain_text("pick an example")
     expect(page.locator("#compile-result .compile-error")).to_have_count(0)
     expect(page.locator("#compile-summary .badge.bad")).to_have_count(0)
     shot(page, "layout-1280x720-empty")
@@ -269,7 +275,8 @@ def test_p13_the_vocabulary_is_fetched_once_in_the_background(
     _compiled(page)
     # after load, before any chip is clicked
     page.wait_for_function("() => Object.keys(window.maskscope.ui.vocabs).length > 0")
-    page.wait_for_timeout(300)
+    # its answer read: the cache now holds it, so nothing asks again
+    page.evaluate("() => Promise.all(Object.values(window.maskscope.ui.vocabs)).then(() => true)")
     assert shared.vocab_requests() == 1
     page.locator("header.topbar").click()
     page.keyboard.press("ArrowRight")

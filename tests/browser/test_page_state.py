@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Page, Request, Route, expect
 
+from tests.browser.answered import answered, wait_answered
 from tests.browser.conftest import ARTIFACTS, REPORT_CSP_VIOLATIONS, csp_violations
 
 _RUN_MS = 60_000
@@ -146,9 +147,10 @@ def test_p2_the_doctor_of_an_old_setup_is_dropped_with_its_marks(
     _set_source(page, BROKEN)
     expect(page.locator("#compile-result")).to_contain_text("does not compile")
     assert held
+    since = answered(page)
     with page.expect_response("**/ui/doctor", timeout=_RUN_MS):
         held[-1].continue_()
-    page.wait_for_timeout(300)
+    wait_answered(page, r"/ui/doctor$", since=since)  # the old answer handled: dropped, unswapped
     expect(page.locator("#doctor-result .doctor-backends")).to_have_count(0)
     expect(page.locator("#doctor-flag")).to_have_text("")
     expect(page.locator("#editor .cm-lint-marker-warning")).to_have_count(0)
@@ -371,7 +373,14 @@ def test_one_inspector_fetch_per_step_during_a_run(page: Page, live_server: str)
 
     page.on("request", seen)
     _run_to_end(page, 24)
-    page.wait_for_timeout(300)
+    # Still: the last step shown, no inspector fetch in flight and none wanted.
+    page.wait_for_function(
+        """() => { const ui = window.maskscope.ui;
+          const chips = document.querySelectorAll('#tokens .chip');
+          const shown = document.querySelector('#inspector').dataset;
+          return !ui.inspectorBusy && ui.inspectorWanted === null && shown.session === ui.sessionId
+            && shown.index === String(chips.length - 1); }"""
+    )
     page.remove_listener("request", seen)
     twice = {i: n for i, n in Counter(fetched).items() if n > 1}
     assert fetched and twice == {}, fetched

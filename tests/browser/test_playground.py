@@ -6,6 +6,7 @@ import pytest
 from playwright.sync_api import Dialog, Page, expect
 
 from app.engine.masking import XGrammarMasking
+from tests.browser.answered import answered, wait_answered
 from tests.browser.conftest import ARTIFACTS
 from tests.web.test_pages import PLAYGROUND_SCRIPTS
 
@@ -143,9 +144,10 @@ def test_a_hostile_permalink_renders_inert(page: Page, live_server: str) -> None
         *[f"{name}.js" for name in PLAYGROUND_SCRIPTS], "app.js",
         "llguidance-presets", "engines.js", "shared-tests", "tests.js", "presets", "export.js",
     ]  # fmt: skip
+    since = answered(page)
     page.click("#tok-3")
     expect(page.locator("#inspector")).to_have_attribute("data-index", "3")
-    page.wait_for_timeout(300)
+    wait_answered(page, r"/steps/3$", since=since)  # its inspector swapped and settled: no alert
     assert dialogs == []
     page.screenshot(path=str(ARTIFACTS / "hostile-permalink.png"))
 
@@ -167,19 +169,21 @@ def test_share_copies_a_link_that_reopens_the_run(page: Page, live_server: str) 
     assert page.locator("#tokens").inner_text() == before
 
 
+# Timeline columns holding the mask/accept disagreement mark (amber, full height).
+_AMBER_COLUMNS = """() => {
+    const canvas = document.querySelector('#timeline');
+    const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, 1).data;
+    let n = 0;
+    for (let i = 0; i < data.length; i += 4) {
+        if (data[i] > 120 && data[i + 1] > 50 && data[i + 1] < 110 && data[i + 2] < 60) n++;
+    }
+    return n;
+}"""
+
+
 def _amber_columns(page: Page) -> int:
     """Timeline columns holding the mask/accept disagreement mark (amber, full height)."""
-    count: int = page.evaluate(
-        """() => {
-            const canvas = document.querySelector('#timeline');
-            const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, 1).data;
-            let n = 0;
-            for (let i = 0; i < data.length; i += 4) {
-                if (data[i] > 120 && data[i + 1] > 50 && data[i + 1] < 110 && data[i + 2] < 60) n++;
-            }
-            return n;
-        }"""
-    )
+    count: int = page.evaluate(_AMBER_COLUMNS)
     return count
 
 
@@ -204,9 +208,8 @@ def test_a_mask_accept_disagreement_is_flagged(
     expect(page.locator("#inspector .disagree-flag")).to_contain_text("disagreed on 1 of the")
     expect(page.locator("#inspector .probe-token")).to_have_text(f'"{{" (id {brace})')
     expect(page.locator("#inspector .facts")).to_contain_text("depth before")
-    page.wait_for_timeout(100)
+    page.wait_for_function(f"() => ({_AMBER_COLUMNS})() > 0")  # the timeline drew the mark
     marked = _amber_columns(page)
-    assert marked > 0
     page.click("#tok-1")
     expect(page.locator("#inspector")).to_have_attribute("data-index", "1")
     expect(page.locator("#inspector .disagree-flag")).to_have_count(0)

@@ -4,12 +4,21 @@ unconstrained above the tag, and the tag opens as a structural_tag source."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import shot
 
 pytestmark = pytest.mark.usefixtures("patient")
+
+#: A template that renders each tool's ``strict`` flag (vLLM #52741).
+STRICT = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "templates" / "strict.jinja"
+).read_text()
 
 
 def source(page: Page) -> str:
@@ -75,3 +84,32 @@ def test_the_stack_reasoning_holds_the_mask_off_until_the_reasoning_ends(
     assert chips.first.get_attribute("data-masked") == "false"
     page.click('label.tab:has(input[value="json_schema"])')
     expect(page.locator("#reasoning")).to_be_hidden()
+
+
+def test_the_compile_panel_counts_the_tools_prompt_with_and_without_each_option(
+    page: Page, live_server: str
+) -> None:
+    page.goto(f"{live_server}/?example=router_tools")
+    compiled = page.locator("#compile-result")
+    expect(compiled.locator(".stats")).to_contain_text("compiled")
+    # the model's own template renders the prompt: its count is shown, and each option's
+    expect(compiled.locator("#tools-prompt-options tr[data-option]")).to_have_count(3)
+    tools = json.loads(source(page))
+    page.evaluate("(text) => MS.setSource(text)", json.dumps({**tools, "chat_template": STRICT}))
+    strict = compiled.locator('#tools-prompt-options tr[data-option="strict"]')
+    expect(strict).to_have_class(re.compile(r"\bchanges\b"))
+    with_, without = (int(strict.get_attribute(a) or "0") for a in ("data-with", "data-without"))
+    assert with_ > without
+    expect(strict.locator("td").nth(1)).to_have_text(str(with_))
+    expect(strict.locator("td").nth(2)).to_have_text(str(without))
+    expect(strict.locator(".badge")).to_have_text(f"+{with_ - without} tokens")
+    expect(compiled.locator('#tools-prompt-options tr[data-option="reasoning"]')).to_have_class(
+        re.compile(r"\bsame\b")  # the pasted template reads no enable_thinking
+    )
+    shown = compiled.locator("#tools-prompt").get_attribute("data-tokens")
+    expect(compiled.locator("#tools-prompt-tokens")).to_have_text(str(shown))
+    compiled.locator("#tools-prompt summary").click()
+    prompt = compiled.locator("#tools-prompt pre")
+    expect(prompt).to_contain_text("<|im_start|>user")  # the pasted template's render
+    expect(prompt).to_contain_text(page.locator('textarea[name="user"]').input_value())
+    shot(page, "tools-prompt-counts")

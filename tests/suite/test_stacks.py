@@ -57,3 +57,28 @@ def test_a_pointer_into_the_derived_schema_is_placed_in_the_request_file() -> No
     line, column = locate("/properties/labels/items/not")  # type: ignore[misc]
     assert text.splitlines()[line - 1][column - 1 :].startswith('"not"')
     assert locate("/nowhere/in/it") is not None  # a part it does not hold: its parent's line
+
+
+def test_an_engine_under_a_stacks_tools_is_not_kept_once_dropped(tmp_path: Path) -> None:
+    # A process (a server, the test run) opens many engines: the stacked one made for a check
+    # must not keep the engine it was made from, its tokenizer or its compile worker.
+    import gc
+    import weakref
+
+    from app.engine.grammars.tools.vllm_builder import VllmBuilder
+    from app.engine.mask_summary import summarize_mask
+    from app.settings import Settings
+    from app.suite.stacked import with_stack_tools
+    from tests.web.toy_app import toy_engine
+
+    settings = Settings(stack_runner_dir=tmp_path)
+    engine = toy_engine(settings)
+    builder = VllmBuilder(settings)  # no runner starts: nothing is built
+    assert with_stack_tools(engine, builder) is with_stack_tools(engine, builder)
+    summarize_mask(b"\xff" * 4 * ((engine.model.tokens.vocab_size + 31) // 32), engine.model.tokens)
+    engine_ref, tokens_ref = weakref.ref(engine), weakref.ref(engine.model.tokens)
+    engine.close()
+    del engine
+    gc.collect()
+    assert engine_ref() is None, "the stacked engine kept the engine it was made from"
+    assert tokens_ref() is None, "a tokenizer outlived its engine"

@@ -10,13 +10,14 @@ from __future__ import annotations
 import base64
 import json
 import re
+from html import unescape as html_unescape
 from typing import Any
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.engine.mask_summary import DIGITS, WHITESPACE, run_of
+from app.engine.mask_summary import CLASS_KEYS, CLASS_LABELS, DIGITS, WHITESPACE, run_of
 from tests.web.conftest import session_body
 
 SCHEMA = json.dumps(
@@ -84,21 +85,23 @@ def test_a_run_of_whitespace_only_steps_is_read_from_the_records_alone() -> None
     assert run_of([record(0, 0)], WHITESPACE) == [0]  # an empty mask is no run
 
 
-def test_each_chip_carries_its_steps_classes_for_the_timeline_strip(client: TestClient) -> None:
+def test_each_chip_carries_every_class_of_its_step_for_the_timeline_strip(
+    client: TestClient,
+) -> None:
     sid = client.post("/api/sessions", json=session_body()).json()["id"]
     html = client.post(f"/ui/sessions/{sid}/step", headers={"HX-Request": "true"}).text
     record = client.get(f"/api/sessions/{sid}").json()["steps"][0]
     chip = re.search(r'<span class="chip[^>]*id="tok-0"[^>]*>', html)
     assert chip is not None
-    attributes = dict(re.findall(r'data-class-(\w+)="(\d+)"', chip.group(0)))
+    counts = re.search(r'data-classes="([\d/]+)"', chip.group(0))
+    assert counts is not None
     classes = record["classes"]
-    assert attributes == {
-        "ws": str(classes[WHITESPACE]),
-        "lead": str(classes["whitespace_leading"]),
-        "digits": str(classes[DIGITS]),
-        "quote": str(classes["quote"]),
-        "stops": str(classes["stop"]),
-    }
+    assert len(classes) == len(CLASS_KEYS) == 11  # every class the records count
+    assert counts.group(1).split("/") == [str(classes[key]) for key in CLASS_KEYS]
     assert sum(classes.values()) > 0 or record["allowed_count"] == 0
     page = client.get("/").text
     assert "/static/playground/classes.js" in page  # the script that draws the strip
+    legend = re.findall(r'<span data-class="(\w+)" title="allowed tokens ([^"]*)">', page)
+    # the strip's legend: one entry a row, in the chips' order, in the inspector's words
+    assert [key for key, _ in legend] == list(CLASS_KEYS)
+    assert [html_unescape(words) for _, words in legend] == [CLASS_LABELS[k] for k in CLASS_KEYS]

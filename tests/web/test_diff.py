@@ -51,7 +51,7 @@ def test_the_diff_names_the_pointer_and_the_first_step_whose_masks_differ(
     answer = _diff(client, text=CALL)
     assert answer.status_code == 200, answer.text
     diff = answer.json()
-    assert diff["stacks"] == STACKS and diff["doctor_diff"] is None
+    assert diff["stacks"] == STACKS
     assert any(d["pointer"].endswith("/type") and d["a"] == "json_schema" for d in diff["tag_diff"])
     assert diff["grammar_diff"].startswith("--- vllm-0.32.0\n+++ vllm-0.34.0\n")
     first = diff["steps"][0]  # the token closing ``<arg_value>`` (see tests/engine/stacks)
@@ -61,6 +61,56 @@ def test_the_diff_names_the_pointer_and_the_first_step_whose_masks_differ(
     old, new = diff["walks"]
     assert old["stack"] == "vllm-0.32.0" and old["refused_at"] is not None and not old["accepted"]
     assert new["accepted"] and new["mask_by"]["stack"] == "vllm-0.34.0"
+
+
+def test_the_doctor_diff_names_the_rows_that_change_between_the_releases(
+    client: TestClient,
+) -> None:
+    """Each release's tag examined by the Doctor (in its workers): 0.32.0 compiles ``paths`` as
+    a JSON array, whose ``type`` its grammar enforces; 0.34.0 keeps the value as raw text, so
+    nothing in it is checked. What both find alike (``query``, raw text under both) is left
+    out."""
+    answer = _diff(client)
+    assert answer.status_code == 200, answer.text
+    changes = answer.json()["doctor_diff"]
+    assert changes, "the Doctor finds the same under both releases"
+    paths = "/tools/0/function/parameters/properties/paths"
+    keywords = {c["pointer"]: c for c in changes if c["kind"] == "keyword"}
+    kind = keywords[f"{paths}/type"]
+    assert kind["keyword"] == "type" and kind["a"]["status"] == "enforced"
+    assert kind["b"]["status"] == "ignored" and "raw text" in kind["b"]["detail"]
+    assert not [p for p in keywords if "/properties/query" in p]  # raw text under both
+    (xgrammar,) = [c for c in changes if c["kind"] == "backend" and c["backend"] == "xgrammar"]
+    said_b = [m["message"] for m in xgrammar["b"]["messages"]]
+    assert any("paths: raw text" in m for m in said_b), xgrammar
+    assert not any("query" in m["message"] for m in xgrammar["a"]["messages"])
+    assert all(set(c) >= {"kind", "a", "b"} for c in changes)
+
+
+def test_a_schema_is_examined_as_each_release_s_backend_compiles_it(client: TestClient) -> None:
+    """A JSON Schema: each side is the grammar the release's xgrammar backend compiles, with the
+    options it passed; both releases enforce ``maximum`` alike, so nothing differs, and the
+    diff says so (``[]``: examined, not null)."""
+    days = {"type": "object", "properties": {"days": {"type": "integer", "maximum": 7}},
+            "required": ["days"]}  # fmt: skip
+    answer = _diff(client, grammar={"kind": "json_schema", "source": json.dumps(days)})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["doctor_diff"] == []
+
+
+def test_a_hostile_grammar_is_examined_in_the_doctors_workers_never_the_server(
+    client: TestClient,
+) -> None:
+    """xgrammar's jump-forward search on this grammar never returns and grows without bound: a
+    Doctor worker is cut off at its memory cap, each side says it could not be examined, and
+    the server answers."""
+    loop = {"kind": "ebnf", "source": 'root ::= "a" root\n'}
+    answer = _diff(client, grammar=loop)
+    assert answer.status_code == 200, answer.text
+    (examination,) = answer.json()["doctor_diff"]
+    assert examination["kind"] == "examination", examination
+    for side in (examination["a"], examination["b"]):
+        assert side["code"] in ("grammar_too_complex", "cut_short_by_load"), side
 
 
 def test_a_pasted_request_is_derived_by_each_release_before_the_two_are_compared(

@@ -121,16 +121,21 @@ def test_breakpoints_are_kept_in_the_permalink_and_reopen_with_it(api: TestClien
 
 
 def _expected_alarms(steps: list[dict[str, Any]], i: int) -> list[str]:
-    """The default alarms at step ``i``, found from the records' own fields."""
+    """The default alarms at step ``i``, found from the records' own fields: a run of 8 steps
+    whose allowed set is whitespace only (digits only), read from ``classes``."""
 
-    def running(test: Any) -> bool:
-        return i >= 15 and all(test(s) for s in steps[i - 15 : i + 1])
+    def only(step: dict[str, Any], key: str) -> bool:
+        classes = step.get("classes") or {}
+        return bool(step["allowed_count"] > 0 and classes.get(key) == step["allowed_count"])
+
+    def running(key: str) -> bool:
+        return i >= 7 and all(only(s, key) for s in steps[i - 7 : i + 1])
 
     expected = []
-    if running(lambda s: s["token_text"].isspace()):
-        expected.append("runaway_whitespace k=16")
-    if running(lambda s: s["token_text"].isdigit()):
-        expected.append("runaway_number k=16")
+    if running("whitespace"):
+        expected.append("whitespace_only k=8")
+    if running("digit"):
+        expected.append("digits_only k=8")
     if steps[i]["allowed_count"] == 0:
         expected.append("empty_mask")
     if not steps[i]["mask_accept_agree"]:
@@ -138,10 +143,22 @@ def _expected_alarms(steps: list[dict[str, Any]], i: int) -> list[str]:
     return expected
 
 
-def test_the_records_carry_the_default_alarms(api: TestClient) -> None:
-    steps = _steps(api, grammar={"kind": "regex", "source": "[0-9]{40}"}, max_tokens=40)
-    assert any(s["alarms"] for s in steps)
+@pytest.mark.parametrize(
+    ("grammar", "marked"),
+    [
+        # every step allows digits only: marked from the 8th on
+        ({"kind": "regex", "source": "[0-9]{40}"}, range(7, 40)),
+        # from the 11th digit on, each step allows the end too: the run ends there
+        ({"kind": "regex", "source": "[0-9]{10,40}"}, range(7, 10)),
+    ],
+    ids=["digits_only", "then_the_end_too"],
+)
+def test_the_records_carry_the_default_alarms(
+    api: TestClient, grammar: dict[str, Any], marked: range
+) -> None:
+    steps = _steps(api, grammar=grammar, max_tokens=40)
     assert [s["alarms"] for s in steps] == [_expected_alarms(steps, i) for i in range(len(steps))]
+    assert [i for i, s in enumerate(steps) if s["alarms"]] == list(marked)
 
 
 def test_the_per_path_table_adds_up_the_records(api: TestClient) -> None:

@@ -33,8 +33,8 @@ def _session(client: TestClient, **overrides: str) -> str:
 
 
 PLAYGROUND_SCRIPTS = [
-    "core", "editor", "config", "tools", "inspector", "timeline", "classes", "session", "breaks",
-    "instruments", "replay", "replay_texts", "keys", "layout",
+    "core", "routes", "editor", "config", "tools", "inspector", "timeline", "classes", "session",
+    "breaks", "instruments", "replay", "replay_texts", "keys", "layout",
 ]  # fmt: skip
 
 

@@ -1,5 +1,6 @@
 """The same source under two stacks (``POST /api/diff``, ``python -m app diff``): the tag each
-release builds, the grammar its backend masks with, and every step of a walk whose masks differ.
+release builds, the grammar its backend masks with, every step of a walk whose masks differ, and
+(where the web layer runs the Doctor on each side) the Doctor's rows that differ.
 
 Each side is that stack's own work (:func:`walk_under`): a vLLM release's tag from its own
 builder and its rows from its own ``StructuredOutputManager`` (:mod:`app.engine.stacks.replay`);
@@ -23,6 +24,7 @@ from app.engine.mask import words_from_bytes
 from app.engine.records import ReplayResult
 from app.engine.stack_pins import MASKSCOPE, ServeFlags
 from app.engine.stacks import runner
+from app.engine.stacks.diff_doctor import DoctorChange
 from app.engine.stacks.replay import stack_walk
 from app.engine.stepper.replay import replay, walked_ids
 from app.engine.tokens import Tokens
@@ -114,6 +116,8 @@ class UpgradeDiff:
         steps: each walked step whose rows differ, in order.
         first_step: the first of them, None when every row agrees.
         walks: each side's walk (its verdict, where it refused, who filled its rows).
+        doctor_diff: the Doctor's rows that differ between the grammars the two backends
+            compile (:mod:`app.engine.stacks.diff_doctor`); None when not examined.
     """
 
     stacks: tuple[str, str]
@@ -122,6 +126,7 @@ class UpgradeDiff:
     steps: tuple[StepDiff, ...]
     first_step: int | None
     walks: tuple[ReplayResult, ReplayResult]
+    doctor_diff: tuple[DoctorChange, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: the contract's fields, and each side's verdict in ``walks``."""
@@ -129,7 +134,9 @@ class UpgradeDiff:
             "stacks": list(self.stacks),
             "tag_diff": [d.to_dict() for d in self.tag_diff],
             "grammar_diff": self.grammar_diff,
-            "doctor_diff": None,  # the Doctor does not run under a vLLM stack yet
+            "doctor_diff": (
+                None if self.doctor_diff is None else [c.to_dict() for c in self.doctor_diff]
+            ),
             "steps": [s.to_dict() for s in self.steps],
             "first_step": self.first_step,
             "walks": [_verdict(stack, w) for stack, w in zip(self.stacks, self.walks, strict=True)],

@@ -7,8 +7,10 @@ hold (it did not at the step before); an alarm only marks the steps where its co
 in the record's ``alarms``. A break passed with :meth:`Watch.resume` never stops the run again
 at the same step, even after going back over it.
 
-Every session watches :data:`DEFAULT_ALARMS` (runaway whitespace or number, an empty mask, a
-mask/accept disagreement) besides the breakpoints it was given.
+Every session watches :data:`DEFAULT_ALARMS` besides the breakpoints it was given: a run of
+:data:`ONLY_RUN_STEPS` steps whose allowed set holds only whitespace, or only digits (read from the
+records' allowed-token ``classes``, never from the tokens taken: #55313, #52011), an empty mask,
+and a mask/accept disagreement. The timeline marks each alarm once.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, overload
 
-from app.engine.mask_summary import DIGITS, WHITESPACE, only
+from app.engine.mask_summary import DIGITS, WHITESPACE, run_of
 from app.engine.records import StepRecord
 from app.exceptions import InvalidInput
 
 __all__ = [
     "DEFAULT_ALARMS",
     "DIGIT_CLASS",
+    "ONLY_RUN_STEPS",
     "RUNAWAY_STEPS",
     "WHEN",
     "WHITESPACE_CLASS",
@@ -42,8 +45,11 @@ __all__ = [
 WHITESPACE_CLASS = WHITESPACE
 #: The key of the records' ``classes`` counting allowed tokens made of digits only.
 DIGIT_CLASS = DIGITS
-#: How many tokens running of whitespace (or digits) the default alarms call a runaway.
+#: How many tokens taken running of whitespace (or digits) ``runaway_*`` calls a runaway.
 RUNAWAY_STEPS = 16
+#: How many steps running whose allowed set is whitespace only (or digits only) the default
+#: alarms mark.
+ONLY_RUN_STEPS = 8
 
 
 class Condition(Protocol):
@@ -121,12 +127,11 @@ class OnlyClassAllowed:
     label: str
     k: int = 1
 
-    def _only(self, record: StepRecord) -> bool:
-        return only(record, self.label)
-
     def holds(self, records: Sequence[StepRecord]) -> bool:
         """See :class:`Condition`."""
-        return _running(records, self.k, self._only)
+        n = len(records)
+        # the run ending at the last record, read over its last k records only
+        return n >= self.k and run_of(records[n - self.k :], self.label)[-1] >= self.k
 
 
 def _top1_blocked(record: StepRecord) -> bool:
@@ -387,10 +392,13 @@ def parse_breakpoint(text: str) -> Breakpoint:
         raise InvalidInput(f"{text!r}: {error.message}", pointer=error.pointer) from None
 
 
-#: The alarms every session watches.
-DEFAULT_ALARMS: tuple[Breakpoint, ...] = tuple(
-    breakpoint_from(when, alarm_only=True)
-    for when in ("runaway_whitespace", "runaway_number", "empty_mask", "disagreement")
+#: The alarms every session watches: the "whitespace only" and "digits only" runs of the
+#: allowed sets, an empty mask, a disagreement.
+DEFAULT_ALARMS: tuple[Breakpoint, ...] = (
+    breakpoint_from("whitespace_only", k=ONLY_RUN_STEPS, alarm_only=True),
+    breakpoint_from("digits_only", k=ONLY_RUN_STEPS, alarm_only=True),
+    breakpoint_from("empty_mask", alarm_only=True),
+    breakpoint_from("disagreement", alarm_only=True),
 )
 
 

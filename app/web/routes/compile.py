@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from app.web.runtime.deps import StateDep
 from app.web.schemas.bodies import CompileIn
 from app.web.services import actions
+from app.web.services.tools_prompt import tools_prompt
 
 __all__ = ["router"]
 
@@ -18,6 +19,10 @@ router = APIRouter()
 @router.post("/api/compile", tags=["grammar"])
 async def compile_grammar(body: CompileIn, state: StateDep) -> dict[str, Any]:
     """Compile a grammar request for the tokenizer of the model ``model`` names: the grammar
-    text, xgrammar's warnings, compile stats."""
-    result, resolved = await actions.compile_grammar(state, state.engine_for(body.model), body)
-    return actions.compile_answer(result, body, resolved)
+    text, xgrammar's warnings, compile stats; for a ``tools`` source, its prompt's token count
+    with and without each option that changes it."""
+    engine = state.engine_for(body.model)
+    result, resolved = await actions.compile_grammar(state, engine, body)
+    answer = actions.compile_answer(result, body, resolved)
+    prompt = await tools_prompt(state, engine, resolved.spec)
+    return answer if prompt is None else answer | {"prompt": prompt}

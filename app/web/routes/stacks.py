@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from app.web.routes.encoding import json_response
@@ -27,13 +27,17 @@ async def stacks(state: StateDep) -> list[dict[str, Any]]:
 
 
 @router.post("/api/diff", tags=["stacks"])
-async def diff(body: DiffIn, state: StateDep) -> Response:
+async def diff(body: DiffIn, state: StateDep, request: Request) -> Response:
     """The same source under two stacks (``stacks``: A then B): ``tag_diff``, every JSON pointer
     at which the tags the two releases build differ; ``grammar_diff``, a unified diff of the
     grammars their backends mask with; and, for a ``text``, ``token_ids`` or ``log`` walked,
     every step whose two rows differ (``steps``: the tokens only one allows, counted, with
-    examples) and the first of them (``first_step``). Each side is that stack's own code."""
+    examples) and the first of them (``first_step``); ``doctor_diff``, the Doctor's findings,
+    keyword rows and backend rows that differ between the grammars the two backends compile
+    (each examined in the Doctor's workers). Each side is that stack's own code."""
     engine = state.engine_for(body.model)
     with request_budget(state, "the diff"):
-        result = await stacks_service.diff(state, engine, body)
+        result = await stacks_service.diff(
+            state, engine, body, disconnected=request.is_disconnected
+        )
     return await json_response(result.to_dict())

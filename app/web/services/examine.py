@@ -13,14 +13,15 @@ from collections.abc import Awaitable, Callable
 from typing import TypedDict
 
 from app.doctor import DoctorReport, PydanticSource, Status
+from app.doctor.doctor import DEFAULT_BUDGET_MS
 from app.doctor.worker import Stop
-from app.engine import AnyEngine
+from app.engine import AnyEngine, GrammarSpec
 from app.exceptions import RequestEnded
 from app.web.runtime.state import AppState
 from app.web.schemas.bodies import DoctorIn
 from app.web.services import actions
 
-__all__ = ["EditorMark", "editor_marks", "examine"]
+__all__ = ["EditorMark", "editor_marks", "examine", "examined"]
 
 #: How often a running examination looks whether its client is still there.
 _WATCH_S = 0.25
@@ -64,15 +65,47 @@ async def examine(
         source, root_model = body.grammar.source, body.grammar.options.root_model
         validate = functools.partial(state.sandbox.validate_many, source, root_model)
         pydantic = PydanticSource(source, resolved.pydantic.root, validate)
+    return await examined(
+        state,
+        engine,
+        resolved.spec,
+        seed=body.seed,
+        budget_ms=body.budget_ms,
+        pydantic=pydantic,
+        max_tokens=body.max_tokens,
+        disconnected=disconnected,
+    )
+
+
+async def examined(
+    state: AppState,
+    engine: AnyEngine,
+    spec: GrammarSpec,
+    *,
+    seed: int = 0,
+    budget_ms: int = DEFAULT_BUDGET_MS,
+    pydantic: PydanticSource | None = None,
+    max_tokens: int | None = None,
+    disconnected: Callable[[], Awaitable[bool]] | None = None,
+) -> DoctorReport:
+    """``spec`` examined on ``engine`` in one of the Doctor's worker processes (killable,
+    memory-capped: never in the server's own threads), stopped when the request ends.
+
+    Raises:
+        GrammarError: the request does not compile, or the examination ran past its memory
+            limit (``GrammarTooComplex``).
+        CutShortByLoad: the examination ran past its wall-clock safety stop.
+        RequestEnded: the client left; the examination was stopped.
+    """
     stop = Stop()
     job = asyncio.ensure_future(
         state.pools.doctors.run(
             state.pools.doctor_workers.of(engine).examine,
-            resolved.spec,
-            seed=body.seed,
-            budget_ms=body.budget_ms,
+            spec,
+            seed=seed,
+            budget_ms=budget_ms,
             pydantic=pydantic,
-            max_tokens=body.max_tokens,
+            max_tokens=max_tokens,
             stop=stop,
         )
     )

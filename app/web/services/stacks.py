@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.engine import AnyEngine
@@ -18,6 +19,7 @@ from app.web.runtime.state import AppState
 from app.web.schemas.bodies import DiffIn, ReplayIn
 from app.web.services import walks
 from app.web.services.actions import compile_grammar
+from app.web.services.diff_doctor import doctor_diff
 from app.web.services.end_rules import end_rules_of
 
 __all__ = ["diff", "replay_on_stack", "stacks"]
@@ -64,14 +66,23 @@ async def replay_on_stack(
     )
 
 
-async def diff(state: AppState, engine: AnyEngine, body: DiffIn) -> UpgradeDiff:
+async def diff(
+    state: AppState,
+    engine: AnyEngine,
+    body: DiffIn,
+    *,
+    disconnected: Callable[[], Awaitable[bool]] | None = None,
+) -> UpgradeDiff:
     """``POST /api/diff``: the source under ``body.stacks`` (A then B), each stack's own work
-    compared (:mod:`app.engine.stacks.diff`).
+    compared (:mod:`app.engine.stacks.diff`), and the Doctor's rows that differ between the
+    grammars the two compile, examined in the Doctor's workers
+    (:mod:`app.web.services.diff_doctor`; ``disconnected`` stops an examination).
 
     Raises:
         InvalidInput: no such stack (``/stacks/<i>``), or an id outside the vocabulary.
         ReplayTooLong: more tokens than a replay walks.
         GrammarError: a stack refuses the request, or is unavailable (its reason).
+        RequestEnded: the client left.
     """
     for index, stack in enumerate(body.stacks):
         try:
@@ -83,7 +94,7 @@ async def diff(state: AppState, engine: AnyEngine, body: DiffIn) -> UpgradeDiff:
     compiled = [await compile_grammar(state, engine, body.grammar, stack) for stack in body.stacks]
     grammars = [grammar for grammar, _ in compiled]
     serves = [serve_flags(resolved.request, body.reasoning) for _, resolved in compiled]
-    return await walks.walked(
+    walked = await walks.walked(
         state,
         state.pools.replays,
         "the diff",
@@ -97,3 +108,8 @@ async def diff(state: AppState, engine: AnyEngine, body: DiffIn) -> UpgradeDiff:
         token_ids=body.token_ids,
         serve=serves,
     )
+    specs = [grammar.spec for grammar in grammars]
+    changes = await doctor_diff(
+        state, engine, body.stacks, specs, serves, disconnected=disconnected
+    )
+    return dataclasses.replace(walked, doctor_diff=changes)

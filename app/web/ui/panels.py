@@ -20,6 +20,7 @@ from app.web.services.replay_cause import (
     schema_check,
     walked_text,
 )
+from app.web.services.tools_prompt import tools_prompt
 from app.web.ui.fragments import render_page
 
 __all__ = ["router"]
@@ -29,15 +30,20 @@ router = APIRouter(include_in_schema=False)
 
 @router.post("/ui/compile", response_class=HTMLResponse)
 async def compile_fragment(request: Request, state: StateDep) -> HTMLResponse:
-    """The compile panel for the form's grammar, with the picked model's tokenizer; errors
-    render in the panel, with a 200."""
-    grammar = compile_request(await request.form())
+    """The compile panel for the form's grammar, with the picked model's tokenizer (a tools
+    source's prompt rendered for the form's chat messages); errors render in the panel, with a
+    200."""
+    form = await request.form()
+    grammar = compile_request(form)
     engine = state.engine_for(grammar.model)
     context: dict[str, Any] = {"options": grammar.options.echo()}
     try:
         result, resolved = await actions.compile_grammar(state, engine, grammar)
         context["result"] = result
         context["derived"] = resolved.pydantic
+        messages = [{"role": role, "content": text} for role in ("system", "user")
+                    if (text := str(form.get(role) or ""))]  # fmt: skip
+        context["prompt"] = await tools_prompt(state, engine, resolved.spec, messages)
     except (GrammarError, InvalidInput) as error:
         context["error"] = error.to_dict()
     return render_page(state, request, "partials/_compile.html", context)

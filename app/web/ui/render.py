@@ -8,6 +8,7 @@ from typing import Literal
 from jinja2 import Environment
 
 from app.engine import MaskingLibrary, Preset, SourceKind, StepRecord
+from app.engine.mask_summary import CLASS_LABELS
 from app.web.middleware.rootpath import url
 
 __all__ = ["ChipKind", "chip_kind", "install"]
@@ -53,12 +54,15 @@ def chip_kind(step: StepRecord) -> ChipKind:
 
 
 def install(env: Environment) -> None:
-    """Register the filters, the names every form lists, and ``root_url(path)`` (a path under
-    the request's root path: :mod:`app.web.middleware.rootpath`) on a Jinja environment."""
+    """Register the filters, the names every form lists, ``token_classes`` (the records'
+    allowed-token classes, key -> the inspector's words, in their order) and ``root_url(path)``
+    (a path under the request's root path: :mod:`app.web.middleware.rootpath`) on a Jinja
+    environment."""
     env.filters.update(visible=visible, b64=b64, pct=pct, hexbytes=hexbytes, chip_kind=chip_kind)
     env.globals.update(
         root_url=url,
         source_kinds={kind.value: kind.label for kind in SourceKind if kind.on_page},
         preset_labels={preset.value: preset.label for preset in Preset},
         libraries=[library.value for library in MaskingLibrary],
+        token_classes=dict(CLASS_LABELS),
     )

@@ -14,6 +14,7 @@ from app.engine import Engine
 from app.engine.factories.tokenizer_only import open_tokenizer
 from app.engine.grammars.spec import CompileOptions, GrammarSpec
 from app.engine.stacks.diff import PointerDiff, compare_walks, pointer_diff, walk_under
+from app.engine.stacks.diff_doctor import doctor_changes
 from app.settings import Settings
 from app.vocabulary import GrammarKind
 from tests.engine.stacks.test_stack_builds import SEARCH, _arrays
@@ -47,6 +48,40 @@ def test_the_pointers_name_every_value_that_differs_and_nothing_else() -> None:
         PointerDiff("/format/x~1y", 1, True),  # 1 == True in Python, not in JSON
     ]
     assert pointer_diff(a, a) == [] and pointer_diff(None, a) == [PointerDiff("", None, a)]
+
+
+def _finding(cause: str, count: int) -> dict[str, Any]:
+    return {"cause": cause, "direction": "grammar_accepts_schema_rejects", "keywords": ["maxItems"],
+            "pointers": ["/maxItems"], "count": count, "example": "[1, 2]" * count}  # fmt: skip
+
+
+def _answer(findings: list[Any], status: str, messages: list[str]) -> dict[str, Any]:
+    row = {"pointer": "/type", "keyword": "type", "status": status, "detail": status}
+    backend = {"backend": "xgrammar", "verdict": "ignores", "rules_version": "",
+               "messages": [{"message": m, "pointer": None} for m in messages]}  # fmt: skip
+    return {"findings": findings, "keywords": [row], "backends": [backend]}
+
+
+def test_the_doctor_diff_keeps_only_what_one_side_finds() -> None:
+    """The same finding on both sides (another count and example: the search's) is no change;
+    a finding on one side, a keyword's other status, a message one row says are."""
+    same, only = _finding("xgrammar ignores maxItems", 1), _finding("the grammar accepts x", 1)
+    a = _answer([same, only], "enforced", ["kept", "gone"])
+    b = _answer([{**same, "count": 3, "example": "[]"}], "ignored", ["kept", "new"])
+    changes = [c.to_dict() for c in doctor_changes(a, b)]
+    assert [c["kind"] for c in changes] == ["finding", "keyword", "backend"]
+    finding, keyword, backend = changes
+    assert finding["cause"] == only["cause"] and finding["b"] is None and finding["a"]["count"] == 1
+    assert (keyword["pointer"], keyword["a"]["status"], keyword["b"]["status"]) == (
+        "/type", "enforced", "ignored")  # fmt: skip
+    assert [m["message"] for m in backend["a"]["messages"]] == ["gone"]
+    assert [m["message"] for m in backend["b"]["messages"]] == ["new"]
+    assert doctor_changes(a, a) == ()
+    refused = {"error": {"code": "grammar_invalid", "message": "vllm-0.34.0: refused"}}
+    (examination,) = doctor_changes(a, refused)
+    assert examination.to_dict() == {"kind": "examination", "a": None, "b": refused["error"]}
+    (both,) = doctor_changes(refused, refused)  # failed alike is never "nothing differs"
+    assert both.a == both.b == refused["error"]
 
 
 def test_glm47_names_the_array_pointer_and_the_first_step_whose_masks_differ(

@@ -16,6 +16,7 @@ from app.engine.mask_summary import DIGITS, WHITESPACE
 from app.engine.records import StepRecord
 from app.engine.stepper.breakpoints import (
     DEFAULT_ALARMS,
+    ONLY_RUN_STEPS,
     Break,
     Watch,
     breakpoint_from,
@@ -178,16 +179,31 @@ def test_continue_never_stops_again_at_the_same_step_but_a_plain_back_does() -> 
     assert later is None or later.index > hit.index
 
 
-def test_the_default_alarms_mark_a_runaway_number_without_stopping() -> None:
+@pytest.mark.parametrize(
+    ("pattern", "when"), [("x[0-9]{12}a", "digits_only"), ("a {12}b", "whitespace_only")]
+)
+def test_the_default_alarms_mark_a_run_of_allowed_sets_without_stopping(
+    pattern: str, when: str
+) -> None:
+    session = _regex(pattern)()
+    records = session.run(48)
+    # the grammar allows only digits (only " ") at steps 1 to 12, and at no other step
+    key = DIGITS if when == "digits_only" else WHITESPACE
+    assert [i for i, r in enumerate(records) if _only(r, key)] == list(range(1, 13))
+    label = f"{when} k={ONLY_RUN_STEPS}"
+    assert [r.index for r in records if label in r.alarms] == list(range(ONLY_RUN_STEPS, 13))
+    assert session.watch.hit is None and session.done
+
+
+def test_the_default_alarms_read_the_allowed_sets_not_the_tokens_taken() -> None:
     session = _json()()
     records = session.run(48)
     digits = [
         i for i in range(len(records)) if _run(records, i, 16, lambda s: s.token_text.isdigit())
     ]
-    assert digits, "the run has a 16-digit number"
-    marked = [r.index for r in records if "runaway_number k=16" in r.alarms]
-    assert marked == digits
-    assert session.watch.hit is None and session.done
+    assert digits, "the run takes 16 digits running"  # each step allowed `,` or `]` besides
+    assert not any(r.alarms for r in records)
+    assert session.done
 
 
 def test_alarm_only_marks_and_never_stops() -> None:
