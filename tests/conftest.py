@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import json
 import os
 import shutil
@@ -37,9 +40,8 @@ os.environ["MASKSCOPE_ALLOWED_HOSTS"] = "testserver,localhost,127.0.0.1,[::1]"
 # start (a warm-up is 30-70 s of CPU and gigabytes a server); a test of the warm-up sets it.
 os.environ.setdefault("MASKSCOPE_WARM_UP", "false")
 
-# vLLM servers the collected tests ask for, started in the background as soon as they are known
-# (start-up takes minutes): the default flags (the whole vocabulary's logprobs), and vLLM's
-# default cap of 20 logprobs (top-K only).
+# vLLM servers the collected tests ask for (start-up takes minutes): the default flags (the whole
+# vocabulary's logprobs), and vLLM's default cap of 20 logprobs (top-K only).
 _VLLM_SERVERS = {
     "vllm_server": ("default", ()),
     "vllm_capped_server": ("capped", ("--max-logprobs", "20")),
@@ -48,10 +50,8 @@ _VLLM_STARTUP_S = 900.0
 # What one test on a vLLM server may take once the server is up (pytest-timeout).
 _VLLM_TEST_S = 300.0
 _vllm_servers: dict[str, VllmServer] = {}
-# The share of the other tests still to run when a serial run starts the vLLM servers (their
-# start-up, minutes, overlaps the last of them), and the test that starts them, with their names.
-_VLLM_EARLY = 0.15
-_late_start: dict[str, list[str]] = {}
+# The servers a serial run's tests want, started when the first of those tests runs.
+_pending: list[str] = []
 # Under pytest-xdist (`make test` runs 2 workers) the controller process owns the vLLM servers,
 # so that none stops while a worker still uses it: the workers write the servers their tests
 # want to this directory, and the controller writes back each server's port and pid.
@@ -78,6 +78,8 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 
 _MODEL_GUARD = pytest.StashKey[ModelGuard]()
+# glibc's malloc_trim (None on another C library)
+_TRIM = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "malloc_trim", None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -96,6 +98,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         config.stash[_MODEL_GUARD].uninstall()
 
 
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """At the end of a module, hand the memory its tests freed back to the system: a serial run
+    holds one process for an hour, and glibc keeps what tokenizers and compiles freed."""
+    if nextitem is None or nextitem.path != item.path:
+        gc.collect()
+        if _TRIM is not None:
+            _TRIM(0)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """Fail a test that loaded the real model in a run that deselects ``model``."""
@@ -107,9 +118,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.hookimpl(trylast=True)  # after -m and -k have deselected what will not run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Start the vLLM servers that the collected tests use (each once, in the background), and
-    run the tests that use them last, so that they start while the other tests run (under
-    xdist: halfway, on one worker while the other runs the rest)."""
+    """Run the tests on a vLLM server last, and note the servers they use: under xdist the
+    controller starts them at once, in the background, and the remote tests run halfway, on one
+    worker while the other runs the rest; in one process they start with the first of them."""
     items.sort(key=_uses_vllm)
     used = {name for item in items for name in getattr(item, "fixturenames", ())}
     wanted = sorted(used & set(_VLLM_SERVERS))
@@ -121,22 +132,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _write_json(groups_file(shared), groups)
         _write_json(shared / "wanted.json", wanted)
         return
-    others = sum(not _uses_vllm(item) for item in items)
-    start = int(others * (1 - _VLLM_EARLY))
-    if not wanted or start == 0:
-        _start_vllm_servers(wanted)
-        return
-    # In one process the servers start near the end of the other tests, not at collection: two
-    # idle servers hold ~7 GB, which the rest of a serial run needs (CI's run was killed by the
-    # kernel with them held for an hour).
-    _late_start.update({items[start].nodeid: wanted})
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Start the vLLM servers when a serial run reaches the test :data:`_late_start` names."""
-    if (names := _late_start.pop(item.nodeid, None)) is not None:
-        _start_vllm_servers(names)
+    # In one process the servers start when the first test on one needs them (together, a
+    # minute or two), not at collection: two idle servers hold ~7 GB, which the other tests
+    # need (CI's run was killed by the kernel with them held for an hour).
+    _pending[:] = wanted
 
 
 def _remote_halfway(items: list[pytest.Item]) -> list[pytest.Item]:
@@ -220,9 +219,9 @@ def _vllm(request: pytest.FixtureRequest, name: str) -> VllmServer:
             label, model_dir=checkpoint_source(Settings()), port=where["port"],
             pid=where["pid"], extra=flags,
         )  # fmt: skip
-    elif name not in _vllm_servers:  # its late start's test did not run (deselected, reordered)
-        _late_start.clear()
-        _start_vllm_servers([name])
+    elif name not in _vllm_servers:  # one process: every server its tests want, started now
+        _start_vllm_servers(sorted({*_pending, name}))
+        _pending.clear()
     server = _vllm_servers[name]
     server.wait_ready(_VLLM_STARTUP_S)
     return server

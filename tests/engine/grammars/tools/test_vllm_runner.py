@@ -100,8 +100,9 @@ def _earlier_runners() -> None:
     _EARLIER.update(_runners())
 
 
-def _runners() -> list[int]:
-    """The runner processes this test process started (since the test began) that still run."""
+def _runners(directory: Path | None = None) -> list[int]:
+    """The runner processes this test process started (since the test began) that still run
+    (those listening under ``directory``, when given)."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
@@ -110,7 +111,8 @@ def _runners() -> list[int]:
         except (OSError, ValueError):
             continue
         parent = int(stat.rpartition(")")[2].split()[1])
-        if parent == os.getpid() and str(RUNNER).encode() in command:
+        mine = directory is None or str(directory).encode() in command
+        if parent == os.getpid() and str(RUNNER).encode() in command and mine:
             if int(entry.name) not in _EARLIER:
                 found.append(int(entry.name))
     return found
@@ -206,13 +208,15 @@ def test_the_runner_starts_and_serves_every_tokenizer_under_its_memory_cap(
 
 
 def test_a_cap_far_too_small_fails_the_start_with_a_clear_message(tokenizer: str) -> None:
-    with VllmBuilder(_settings(vllm_runner_memory_mb=200)) as builder:
+    settings = _settings(vllm_runner_memory_mb=200)
+    with VllmBuilder(settings) as builder:
         with pytest.raises(GrammarError) as caught:
             builder.build(_request("hermes", "required", None), tokenizer)
         assert builder.runner_pid() is None
     assert caught.value.message.startswith("vLLM's tools builder did not start: it ran out of")
     assert "its memory cap is 200 MB, MASKSCOPE_VLLM_RUNNER_MEMORY_MB" in caught.value.message
-    assert _runners() == []
+    # its own directory's: another builder of this process may start a runner meanwhile
+    assert _runners(settings.stack_runner_dir) == []
 
 
 def test_a_cold_start_holds_no_lock_close_stops_it_at_once(tokenizer: str) -> None:
