@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import gc
 import json
 import os
 import shutil
@@ -50,8 +47,11 @@ _VLLM_STARTUP_S = 900.0
 # What one test on a vLLM server may take once the server is up (pytest-timeout).
 _VLLM_TEST_S = 300.0
 _vllm_servers: dict[str, VllmServer] = {}
-# The servers a serial run's tests want, started when the first of those tests runs.
+# The servers a serial run's tests want, not started yet; the share of the other tests left when
+# they start, and the test they start with (else with the first test on one).
 _pending: list[str] = []
+_VLLM_EARLY = 0.05
+_late_start: list[str] = []
 # Under pytest-xdist (`make test` runs 2 workers) the controller process owns the vLLM servers,
 # so that none stops while a worker still uses it: the workers write the servers their tests
 # want to this directory, and the controller writes back each server's port and pid.
@@ -78,8 +78,6 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 
 _MODEL_GUARD = pytest.StashKey[ModelGuard]()
-# glibc's malloc_trim (None on another C library)
-_TRIM = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "malloc_trim", None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -98,15 +96,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         config.stash[_MODEL_GUARD].uninstall()
 
 
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """At the end of a module, hand the memory its tests freed back to the system: a serial run
-    holds one process for an hour, and glibc keeps what tokenizers and compiles freed."""
-    if nextitem is None or nextitem.path != item.path:
-        gc.collect()
-        if _TRIM is not None:
-            _TRIM(0)
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """Fail a test that loaded the real model in a run that deselects ``model``."""
@@ -120,7 +109,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the tests on a vLLM server last, and note the servers they use: under xdist the
     controller starts them at once, in the background, and the remote tests run halfway, on one
-    worker while the other runs the rest; in one process they start with the first of them."""
+    worker while the other runs the rest; in one process they start near the others' end."""
     items.sort(key=_uses_vllm)
     used = {name for item in items for name in getattr(item, "fixturenames", ())}
     wanted = sorted(used & set(_VLLM_SERVERS))
@@ -132,10 +121,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _write_json(groups_file(shared), groups)
         _write_json(shared / "wanted.json", wanted)
         return
-    # In one process the servers start when the first test on one needs them (together, a
-    # minute or two), not at collection: two idle servers hold ~7 GB, which the other tests
-    # need (CI's run was killed by the kernel with them held for an hour).
+    # In one process the servers start near the end of the other tests, not at collection: two
+    # idle servers hold ~7 GB, which the other tests need (CI's run was killed by the kernel
+    # with them held for an hour); their start-up, a minute or two, overlaps the last tests.
     _pending[:] = wanted
+    others = [item for item in items if not _uses_vllm(item)]
+    if wanted and others:
+        _late_start[:] = [others[int(len(others) * (1 - _VLLM_EARLY))].nodeid]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Start the servers a serial run's tests want when it reaches :data:`_late_start`'s test."""
+    if _late_start and item.nodeid == _late_start[0] and _pending:
+        _start_vllm_servers(list(_pending))
+        _pending.clear()
 
 
 def _remote_halfway(items: list[pytest.Item]) -> list[pytest.Item]:

@@ -43,8 +43,15 @@ KEPT_ENVIRONMENT = (
 )  # fmt: skip
 _STDERR_TAIL = 2000
 #: How a process that ran out of memory under ``RLIMIT_DATA`` ends: Python's error, C++'s and
-#: Rust's (the tokenizers), or an abort.
-_OUT_OF_MEMORY = ("MemoryError", "bad_alloc", "memory allocation of", "Cannot allocate memory")
+#: Rust's (the tokenizers), an abort, or a C extension whose failed allocation returned an error
+#: without setting one (seen importing xgrammar under a 200 MB cap).
+_OUT_OF_MEMORY = (
+    "MemoryError",
+    "bad_alloc",
+    "memory allocation of",
+    "Cannot allocate memory",
+    "SystemError: error return without exception set",
+)
 
 
 def runner_environment(server: Mapping[str, str]) -> dict[str, str]:
