@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 from app.engine import Engine
-from app.engine.factories.tokenizer_only import open_tokenizer
 from app.engine.grammars.spec import CompileOptions, GrammarSpec
 from app.engine.stacks.diff import PointerDiff, compare_walks, pointer_diff, walk_under
 from app.engine.stacks.diff_doctor import doctor_changes
@@ -28,14 +24,6 @@ CALL = PATHS + r'["C:\Users\ada"]</arg_value></tool_call>'
 GLM = json.dumps(
     {"builder": "vllm", "format": "glm47", "tools": [SEARCH], "tool_choice": "required"}
 )
-
-
-@pytest.fixture(scope="module")
-def qwen(settings: Settings) -> Iterator[Engine[Any]]:
-    engine = open_tokenizer(settings, "qwen3.6")
-    assert engine is not None
-    yield engine
-    engine.close()
 
 
 def test_the_pointers_name_every_value_that_differs_and_nothing_else() -> None:

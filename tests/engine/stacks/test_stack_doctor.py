@@ -4,14 +4,10 @@ non-strict value as raw text; 0.32.0's compiles the array value as JSON)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from app.doctor import Doctor, DoctorReport, Status
 from app.engine import Engine
-from app.engine.factories.tokenizer_only import open_tokenizer
 from app.engine.grammars.spec import CompileOptions, GrammarSpec
 from app.engine.stacks import runner
 from app.settings import Settings
@@ -20,14 +16,6 @@ from app.vocabulary import GrammarKind
 from tests.engine.stacks.test_diff import GLM
 
 PREFIX = "/tools/0/function/parameters"
-
-
-@pytest.fixture(scope="module")
-def qwen(settings: Settings) -> Iterator[Engine[Any]]:
-    engine = open_tokenizer(settings, "qwen3.6")
-    assert engine is not None
-    yield engine
-    engine.close()
 
 
 def examined(settings: Settings, qwen: Engine[Any], stack: str) -> DoctorReport:

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.engine import Engine
-from app.engine.factories.tokenizer_only import open_tokenizer
 from app.engine.grammars.spec import CompileOptions, GrammarSpec
 from app.engine.grammars.tools.base import ToolsRequest
 from app.engine.records import ReplayResult
@@ -43,14 +41,6 @@ SEARCH: dict[str, Any] = {
     },
 }
 ORACLE = Path(__file__).resolve().with_name("mask_oracle.py")
-
-
-@pytest.fixture(scope="module")
-def qwen(settings: Settings) -> Iterator[Engine[Any]]:
-    engine = open_tokenizer(settings, "qwen3.6")
-    assert engine is not None
-    yield engine
-    engine.close()
 
 
 def tools_source(**fields: Any) -> str:
