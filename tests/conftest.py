@@ -6,6 +6,8 @@ import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -20,6 +22,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app.engine import Engine
+from app.engine.grammars.tools.vllm_socket import SocketRunner
 from app.engine.model.loading import checkpoint_source
 from app.engine.stacks import close_runners
 from app.main import create_app
@@ -36,6 +39,16 @@ os.environ["MASKSCOPE_ALLOWED_HOSTS"] = "testserver,localhost,127.0.0.1,[::1]"
 # The servers the tests start load what they test, not every tokenizer and vLLM's builder at
 # start (a warm-up is 30-70 s of CPU and gigabytes a server); a test of the warm-up sets it.
 os.environ.setdefault("MASKSCOPE_WARM_UP", "false")
+# Every stack runner of the run listens in one directory of the run's: a test, or a command or
+# server it starts, finds warm the stacks an earlier test started (each start imports vLLM, 15 to
+# 25 s), and never a runner another run left. A run with server tests starts them at once, in a
+# command of their own (`python -m app stacks`), so that no test's builder owns them: closing an
+# app or a builder stops the runners it started. The tests of a runner's own start and stop give
+# it their own directory. :func:`pytest_unconfigure` stops them all.
+ROOT = Path(__file__).resolve().parent.parent
+RUNNER_DIR = Path(tempfile.mkdtemp(prefix="runners-"))
+os.environ["MASKSCOPE_STACK_RUNNER_DIR"] = str(RUNNER_DIR)
+_warming: list[subprocess.Popen[bytes]] = []
 
 # vLLM servers the collected tests ask for (start-up takes minutes): the default flags (the whole
 # vocabulary's logprobs), and vLLM's default cap of 20 logprobs (top-K only).
@@ -89,11 +102,35 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Undo :func:`pytest_configure`'s guard; stop the stacks' runners this process started
-    (they would idle on for ``MASKSCOPE_STACK_RUNNER_IDLE_S`` after the run)."""
-    close_runners()
+    """Undo :func:`pytest_configure`'s guard; stop the stacks' runners of the run, this
+    process's and those its commands left (they would idle on for
+    ``MASKSCOPE_STACK_RUNNER_IDLE_S`` after the run)."""
+    _stop_run_runners()
+    shutil.rmtree(RUNNER_DIR, ignore_errors=True)
     if _MODEL_GUARD in config.stash:
         config.stash[_MODEL_GUARD].uninstall()
+
+
+def _warm_run_runners(items: list[pytest.Item]) -> None:
+    """Start the stacks' runners in :data:`RUNNER_DIR`, in the background, when a server test
+    will run (the stacks' tests are marked ``server``)."""
+    if any(item.get_closest_marker("server") is not None for item in items):
+        command = [sys.executable, "-m", "app", "stacks"]
+        out = subprocess.DEVNULL
+        _warming.append(subprocess.Popen(command, stdout=out, stderr=out, cwd=ROOT))
+
+
+def _stop_run_runners() -> None:
+    """Stop every runner in :data:`RUNNER_DIR`: this process's, and those its commands left."""
+    for command in _warming:
+        command.kill()
+        command.wait()
+    _warming.clear()
+    close_runners()
+    for directory in RUNNER_DIR.glob("*"):
+        found = SocketRunner.attach(directory, 60)
+        if found is not None:
+            found.kill()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -120,6 +157,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         groups = {item.nodeid: group for item in items if (group := group_of(item)) is not None}
         _write_json(groups_file(shared), groups)
         _write_json(shared / "wanted.json", wanted)
+        _warm_run_runners(items)
         return
     # In one process the servers start near the end of the other tests, not at collection: two
     # idle servers hold ~7 GB, which the other tests need (CI's run was killed by the kernel
@@ -128,12 +166,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     others = [item for item in items if not _uses_vllm(item)]
     if wanted and others:
         _late_start[:] = [others[int(len(others) * (1 - _VLLM_EARLY))].nodeid]
+    _warm_run_runners(items)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Start the servers a serial run's tests want when it reaches :data:`_late_start`'s test."""
     if _late_start and item.nodeid == _late_start[0] and _pending:
+        _stop_run_runners()  # the servers need their memory; a later test restarts its stack
         _start_vllm_servers(list(_pending))
         _pending.clear()
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,6 @@ import jsonschema
 import pytest
 
 from app.__main__ import main
-from app.engine.stacks import close_runners
 from app.settings import Settings
 from tests.vllm_oracle import STACK_PATHS, VLLM_PYTHON
 
@@ -317,20 +314,16 @@ def test_check_says_what_the_doctor_and_the_tests_say(
 
 
 @pytest.fixture(scope="module")
-def stack_settings() -> Iterator[Settings]:
-    """Both shipped stacks, their runners in a short directory of this module's, closed after."""
+def stack_settings() -> Settings:
+    """Both shipped stacks (their runners are the run's)."""
     assert VLLM_PYTHON.exists(), f"{VLLM_PYTHON} is missing: run `make vllm-install`"
     assert STACK_PATHS["vllm-0.34.0"][0].is_dir(), "vLLM 0.34.0 is missing: run `make stacks`"
-    directory = Path(tempfile.mkdtemp(prefix="runners-"))
-    yield Settings(
+    return Settings(
         vllm_python=VLLM_PYTHON,
         vllm_timeout_s=600,
-        stack_runner_dir=directory,
         stacks_dir=STACK_PATHS["vllm-0.34.0"][0].parent,
         compile_workers=1,
     )
-    close_runners()
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

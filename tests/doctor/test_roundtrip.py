@@ -28,7 +28,6 @@ from app.engine.factories.tokenizer_only import TokenizerModel, open_tokenizer
 from app.engine.grammars.tools.base import ToolsRequest
 from app.engine.grammars.tools.vllm_builder import VllmBuilder
 from app.engine.model.chat_templates import ChatTemplate, render, template_for
-from app.engine.stacks import close_runners
 from app.settings import Settings
 from tests.vllm_oracle import run_vllm
 from tests.vllm_server import VLLM
@@ -52,16 +51,14 @@ WEATHER: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def settings() -> Iterator[Settings]:
+def settings() -> Settings:
     tmp = Path(tempfile.mkdtemp(prefix="roundtrip-"))
-    yield Settings(
+    return Settings(
         db_path=tmp / "p.db",
         compile_workers=1,
         vllm_python=VLLM.parent / "python",
         vllm_timeout_s=600,
-        stack_runner_dir=tmp / "runners",
     )
-    close_runners()  # the command's --stack runner
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import threading
 
+import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -76,10 +77,27 @@ def test_a_rebuild_reports_its_steps_by_the_page_s_token(toy_client: TestClient)
             seen.append((answer["done"], answer["total"]))
         thread.join(timeout=0.01)
     assert opened == [200]
-    assert toy_client.get(progress).json() == {"done": None, "total": None}  # over
+    # over: its final count is still answered (the page may ask before the answer reaches it)
     assert seen, "no progress was seen during the rebuild"
+    final = toy_client.get(progress).json()
+    assert final["total"] == 120 and final["done"] >= max(d for d, _ in seen), (final, seen)
     assert all(total == 120 and 0 <= done <= 120 for done, total in seen), seen
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)  # it only moves forward
+
+
+def test_an_ended_rebuild_is_forgotten_after_its_minute(
+    toy_client: TestClient, toy_app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    snapshot_id = _permalink(toy_client, 4)
+    token = "page-token-4567"
+    opened = toy_client.post(
+        f"/ui/permalinks/{snapshot_id}/open", data={"rebuild": token}, headers=HX
+    )
+    assert opened.status_code == 200
+    state = toy_app.state.maskscope
+    assert rebuilds.progress(state, token) == (4, 4)
+    monkeypatch.setattr(rebuilds, "KEPT_S", 0.0)
+    assert rebuilds.progress(state, token) is None
 
 
 def test_a_token_that_is_no_page_token_tracks_nothing(

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +15,7 @@ from xgrammar import builtin_structural_tag
 
 from app.engine import Engine
 from app.engine.model.shipped_tokenizers import tokenizer_dir
-from app.engine.stacks import close_runners, runner
+from app.engine.stacks import runner
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import as_page
@@ -34,23 +31,18 @@ MISSING = "vllm-0.99.0=vllm==0.99.0 over vllm-0.32.0"
 
 
 @pytest.fixture(scope="module")
-def stack_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """The shipped stacks and one not installed, runners of this module's own (a short path:
-    a unix socket's is at most 108 bytes)."""
+def stack_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """The shipped stacks and one not installed (their runners are the run's)."""
     assert VLLM_PYTHON.exists(), f"{VLLM_PYTHON} is missing: run `make vllm-install`"
     assert STACK_PATHS["vllm-0.34.0"][0].is_dir(), "vLLM 0.34.0 is missing: run `make stacks`"
-    runners = Path(tempfile.mkdtemp(prefix="runners-"))
-    yield Settings(
+    return Settings(
         db_path=tmp_path_factory.mktemp("stacks") / "p.db",
         compile_workers=1,
         vllm_python=VLLM_PYTHON,
         vllm_timeout_s=600,
-        stack_runner_dir=runners,
         stacks_dir=STACK_PATHS["vllm-0.34.0"][0].parent,
         stacks=[*SHIPPED, MISSING],
     )
-    close_runners()
-    shutil.rmtree(runners, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

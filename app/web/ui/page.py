@@ -189,8 +189,9 @@ async def open_permalink_fragment(
 async def permalink_progress(
     state: StateDep, snapshot_id: str, rebuild: Annotated[str, Query(max_length=64)] = ""
 ) -> JSONResponse:
-    """How far the rebuild the page named ``rebuild`` is: ``{"done", "total"}`` steps, or
-    ``{"done": null}`` when none is under way by that name (not started yet, or over)."""
+    """How far the rebuild the page named ``rebuild`` is: ``{"done", "total"}`` steps (its
+    final count for a minute after it ends), or ``{"done": null}`` when there is none by that
+    name (not started yet, or long over)."""
     found = rebuilds.progress(state, rebuild)
     if found is None:
         return JSONResponse({"done": None, "total": None})

@@ -22,7 +22,7 @@ from app.engine.model.chat_templates import (
     render,
     template_for,
 )
-from app.engine.stacks import close_runners, runner
+from app.engine.stacks import runner
 from app.exceptions import GrammarError, InvalidInput
 from app.settings import Settings
 from tests.vllm_oracle import STACK_PATHS, VLLM_PYTHON
@@ -40,17 +40,15 @@ MESSAGES = [{"role": "user", "content": "Weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
-def settings() -> Iterator[Settings]:
+def settings() -> Settings:
     tmp = Path(tempfile.mkdtemp(prefix="templates-"))
-    yield Settings(
+    return Settings(
         db_path=tmp / "p.db",
         compile_workers=1,
         vllm_python=VLLM_PYTHON,
         vllm_timeout_s=600,
-        stack_runner_dir=tmp / "runners",
         stacks_dir=STACK_PATHS["vllm-0.34.0"][0].parent,
     )
-    close_runners()
 
 
 @pytest.fixture(scope="module")

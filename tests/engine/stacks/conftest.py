@@ -10,7 +10,6 @@ import pytest
 
 from app.engine import Engine
 from app.engine.factories.tokenizer_only import open_tokenizer
-from app.engine.stacks import close_runners
 from app.settings import Settings
 from tests.vllm_oracle import STACK_PATHS, VLLM_PYTHON
 
@@ -23,18 +22,15 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 
 @pytest.fixture(scope="module")
-def settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """Settings whose stacks are the shipped two, whose runners listen in a directory of this
-    module's (a runner another process keeps warm is never a test's); closed after it."""
+def settings() -> Settings:
+    """Settings whose stacks are the shipped two (their runners are the run's)."""
     assert VLLM_PYTHON.exists(), f"{VLLM_PYTHON} is missing: run `make vllm-install`"
     assert STACK_PATHS["vllm-0.34.0"][0].is_dir(), "vLLM 0.34.0 is missing: run `make stacks`"
-    yield Settings(
+    return Settings(
         vllm_python=VLLM_PYTHON,
         vllm_timeout_s=600,
-        stack_runner_dir=tmp_path_factory.mktemp("runners"),
         stacks_dir=STACK_PATHS["vllm-0.34.0"][0].parent,
     )
-    close_runners()
 
 
 @pytest.fixture(scope="module")
