@@ -9,6 +9,7 @@ Nothing here knows a vLLM rule. Each answer is the stack's own code's, asked thr
   refusal is the release's message; otherwise the grammar and the options the backend called its
   library with (``compile_calls``), which Maskscope compiles and the Doctor examines;
 - :class:`StackTools`: the release's own tools builder, as an engine's (the web layer's call);
+- :func:`examined_grammar`: the engine and grammar the Doctor examines for a release;
 - :func:`derive`: a ``request`` source derived by the stack's code (its ``derive`` op);
 - :func:`request_locator`: a pointer into a derived grammar, placed where the request file writes
   that part of it.
@@ -39,6 +40,7 @@ __all__ = [
     "StackCompile",
     "StackTools",
     "derive",
+    "examined_grammar",
     "request_locator",
     "stack_compile",
     "with_stack_tools",
@@ -279,3 +281,33 @@ def request_locator(text: str, derived: DerivedRequest) -> Locator:
         return positions.get("/body")
 
     return locate
+
+
+def examined_grammar(
+    engine: AnyEngine, builder: VllmBuilder, spec: GrammarSpec, serve: dict[str, Any]
+) -> tuple[AnyEngine, GrammarSpec]:
+    """The engine and grammar the Doctor examines for the release ``builder`` runs: a ``tools``
+    source is built by that release's builder (the engine's tools swapped for it); any other
+    grammar is what the release's xgrammar backend compiles, with its options.
+
+    Args:
+        engine: the request model's engine.
+        builder: the stack's runner.
+        spec: the source as Maskscope compiles it.
+        serve: the stack's ``--structured-outputs-config`` flags.
+
+    Raises:
+        GrammarError: the release refuses the grammar, or is unavailable.
+    """
+    if spec.kind is GrammarKind.TOOLS:
+        return with_stack_tools(engine, builder), spec
+    compiled = stack_compile(
+        builder,
+        spec.kind.value,
+        spec.source,
+        "xgrammar",
+        tokenizer=engine.tools.tokenizer,
+        vocab_size=engine.model.tokens.vocab_size,
+        serve=serve,
+    )
+    return engine, compiled.spec

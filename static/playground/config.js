@@ -139,7 +139,9 @@
     });
     $("#example").addEventListener("change", (event) => {
       event.target.blur();  // the shortcuts (space, →) work at once after a pick
-      loadExample(event.target.value);
+      // in the action queue: a key pressed before the example has loaded acts on it, not on
+      // the setup it replaces
+      MS.enqueue(() => loadExample(event.target.value));
     });
     setPromptMode(($('input[name="prompt_mode"]:checked') || { value: "chat" }).value);
     watchModels();

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from playwright.sync_api import Dialog, Locator, Page, expect
+from playwright.sync_api import Dialog, Locator, Page, Route, expect
 
 from tests.browser.conftest import shot
 from tests.browser.test_playground import _lit_cells
@@ -116,14 +116,25 @@ def test_3_keys_after_an_example_pick_queue_and_empty_source(page: Page, live_se
 
 
 def test_3_space_right_after_an_example_pick_starts_a_run(page: Page, live_server: str) -> None:
-    page.goto(live_server)
+    page.goto(live_server)  # on the first example, pricing
+    expect(page.locator("#compile-result .stats")).to_contain_text("compiled")
+    held: list[Route] = []
+    page.route("**/api/examples/nested", lambda route: held.append(route))
     page.locator("#example").focus()  # as after a click on the picker
     page.select_option("#example", "nested")
-    expect(page.locator("#compile-result .stats")).to_contain_text("compiled")
     assert page.evaluate("() => document.activeElement === document.body")
-    page.keyboard.press(" ")
+    for _ in range(600):
+        if held:
+            break
+        page.wait_for_timeout(50)
+    page.keyboard.press(" ")  # before nested has loaded: the run waits for it
+    page.wait_for_timeout(1000)  # time for a run on pricing to start, were the key not queued
+    held[0].continue_()
+    page.unroute("**/api/examples/nested")
     expect(page.locator("#status")).to_have_attribute("data-done", "true")
     expect(page.locator("#status")).to_contain_text("stopped: terminated")
+    text = "".join(page.locator("#tokens .chip").all_text_contents())
+    assert '"user"' in text and "churn" not in text, text[:120]
 
 
 def test_3_arrows_on_replay_move_through_the_replayed_tokens(page: Page, live_server: str) -> None:

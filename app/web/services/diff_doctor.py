@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from app.engine import AnyEngine, GrammarKind, GrammarSpec
+from app.engine import AnyEngine, GrammarSpec
 from app.engine.stack_pins import MASKSCOPE, ServeFlags
 from app.engine.stacks import runner
 from app.engine.stacks.diff_doctor import DoctorChange, doctor_changes
 from app.exceptions import CutShortByLoad, GrammarError
-from app.suite.stacked import stack_compile, with_stack_tools
+from app.suite.stacked import examined_grammar
 from app.web.runtime.state import AppState
 from app.web.services.examine import examined
 
@@ -77,9 +77,8 @@ async def _examined(
 async def _stack_grammar(
     state: AppState, engine: AnyEngine, stack: str, spec: GrammarSpec, serve: ServeFlags
 ) -> tuple[AnyEngine, GrammarSpec]:
-    """The engine and grammar the Doctor examines for ``stack``: a ``tools`` source under a
-    release is built by that release's builder (the engine's tools swapped for it); any other
-    grammar is what the release's xgrammar backend compiles, with its options.
+    """The engine and grammar the Doctor examines for ``stack``
+    (:func:`app.suite.stacked.examined_grammar`; the release's compile in the compile pool).
 
     Raises:
         GrammarError: the release refuses the grammar, or is unavailable.
@@ -87,16 +86,5 @@ async def _stack_grammar(
     if stack == MASKSCOPE:
         return engine, spec
     builder = runner(state.settings, stack)
-    if spec.kind is GrammarKind.TOOLS:
-        return with_stack_tools(engine, builder), spec
-    compiled = await state.pools.compiles.run(
-        stack_compile,
-        builder,
-        spec.kind.value,
-        spec.source,
-        "xgrammar",
-        tokenizer=engine.tools.tokenizer,
-        vocab_size=engine.model.tokens.vocab_size,
-        serve=dict(serve.structured_outputs_config),
-    )
-    return engine, compiled.spec
+    config = dict(serve.structured_outputs_config)
+    return await state.pools.compiles.run(examined_grammar, engine, builder, spec, config)
