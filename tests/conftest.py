@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app.engine import Engine
+from app.engine.factories.tokenizer_only import TokenizerModel, open_tokenizer
 from app.engine.grammars.tools.vllm_socket import SocketRunner
 from app.engine.model.loading import checkpoint_source
 from app.engine.stacks import close_runners
@@ -311,6 +312,26 @@ def runner_dir() -> Iterator[Path]:
 def settings() -> Settings:
     """Settings from the environment (the model cache is shared with `make run`)."""
     return Settings(compile_workers=2)
+
+
+def _tokenizer_engine(settings: Settings, name: str) -> Iterator[Engine[TokenizerModel]]:
+    engine = open_tokenizer(settings, name)
+    assert engine is not None
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def qwen(settings: Settings) -> Iterator[Engine[TokenizerModel]]:
+    """The shipped qwen3.6 tokenizer's engine (no forward pass) on the ``settings`` its
+    module uses, closed after the module."""
+    yield from _tokenizer_engine(settings, "qwen3.6")
+
+
+@pytest.fixture(scope="module")
+def deepseek(settings: Settings) -> Iterator[Engine[TokenizerModel]]:
+    """The shipped deepseek-v4 tokenizer's engine, as :func:`qwen`."""
+    yield from _tokenizer_engine(settings, "deepseek-v4")
 
 
 @pytest.fixture(scope="session")

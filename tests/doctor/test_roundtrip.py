@@ -24,7 +24,7 @@ import pytest
 
 from app.doctor.roundtrip import REFUSES_OWN_FORMAT, RoundTrip, minimal_value, round_trip
 from app.engine import Engine
-from app.engine.factories.tokenizer_only import TokenizerModel, open_tokenizer
+from app.engine.factories.tokenizer_only import TokenizerModel
 from app.engine.grammars.tools.base import ToolsRequest
 from app.engine.grammars.tools.vllm_builder import VllmBuilder
 from app.engine.model.chat_templates import ChatTemplate, render, template_for
@@ -62,25 +62,9 @@ def settings() -> Settings:
 
 
 @pytest.fixture(scope="module")
-def qwen(settings: Settings) -> Iterator[Engine[TokenizerModel]]:
-    engine = open_tokenizer(settings, "qwen3.6")
-    assert engine is not None
-    yield engine
-    engine.close()
-
-
-@pytest.fixture(scope="module")
 def builder(settings: Settings) -> Iterator[VllmBuilder]:
     with VllmBuilder(settings) as built:
         yield built
-
-
-@pytest.fixture(scope="module")
-def deepseek(settings: Settings) -> Iterator[Engine[TokenizerModel]]:
-    engine = open_tokenizer(settings, "deepseek-v4")
-    assert engine is not None
-    yield engine
-    engine.close()
 
 
 def _request_for(parser: str, reasoning_parser: str) -> Callable[[bool], ToolsRequest]:

@@ -6,14 +6,13 @@ runner. Both shipped stacks (vLLM 0.32.0's ``.venv-vllm``, and the 0.34.0 wheel 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.engine import Engine
-from app.engine.factories.tokenizer_only import TokenizerModel, open_tokenizer
+from app.engine.factories.tokenizer_only import TokenizerModel
 from app.engine.grammars.tools.vllm_builder import VllmBuilder
 from app.engine.model.chat_templates import (
     ChatTemplate,
@@ -49,14 +48,6 @@ def settings() -> Settings:
         vllm_timeout_s=600,
         stacks_dir=STACK_PATHS["vllm-0.34.0"][0].parent,
     )
-
-
-@pytest.fixture(scope="module")
-def deepseek(settings: Settings) -> Iterator[Engine[TokenizerModel]]:
-    engine = open_tokenizer(settings, "deepseek-v4")
-    assert engine is not None
-    yield engine
-    engine.close()
 
 
 @pytest.fixture(scope="module", params=list(STACK_PATHS))

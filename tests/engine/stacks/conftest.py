@@ -1,15 +1,10 @@
-"""The settings every real-stack test module shares: both shipped stacks, runners of its own;
-the qwen3.6 tokenizer's engine on them."""
+"""The settings every real-stack test module shares: both shipped stacks (their runners are the
+run's); ``qwen`` (tests/conftest.py) opens the qwen3.6 tokenizer on them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 
-from app.engine import Engine
-from app.engine.factories.tokenizer_only import open_tokenizer
 from app.settings import Settings
 from tests.vllm_oracle import STACK_PATHS, VLLM_PYTHON
 
@@ -31,12 +26,3 @@ def settings() -> Settings:
         vllm_timeout_s=600,
         stacks_dir=STACK_PATHS["vllm-0.34.0"][0].parent,
     )
-
-
-@pytest.fixture(scope="module")
-def qwen(settings: Settings) -> Iterator[Engine[Any]]:
-    """The shipped qwen3.6 tokenizer's engine (no forward pass), closed after the module."""
-    engine = open_tokenizer(settings, "qwen3.6")
-    assert engine is not None
-    yield engine
-    engine.close()
